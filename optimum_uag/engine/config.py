@@ -1,0 +1,172 @@
+"""Resolve and validate the generation arguments of an assisted generation call."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from transformers import GenerationConfig
+
+SCHEDULES = ("constant", "heuristic", "confidence")
+DEFAULT_NUM_ASSISTANT_TOKENS = 5
+# transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
+_HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
+# Knobs whose effect this engine does not reproduce: refused unless left at their neutral value.
+_NEUTRAL = {
+    "num_beams": 1, "num_return_sequences": 1, "repetition_penalty": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0, "diversity_penalty": 0.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None, "force_words_ids": None, "constraints": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "exponential_decay_length_penalty": None, "suppress_tokens": None,
+    "begin_suppress_tokens": None, "sequence_bias": None, "guidance_scale": None, "min_p": None,
+    "num_beam_groups": 1, "stop_strings": None, "max_time": None, "dola_layers": None, "penalty_alpha": None,
+    "watermarking_config": None, "min_length": 0, "min_new_tokens": None, "output_scores": False,
+    "output_logits": False, "output_attentions": False, "output_hidden_states": False, "token_healing": False,
+}
+
+
+@dataclass
+class AssistedConfig:
+    """Everything the decoding loop needs to know about one call, validated."""
+
+    max_new_tokens: int
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    num_assistant_tokens: int
+    schedule: str
+    confidence_threshold: float
+    max_assistant_tokens: int
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    prompt_lookup_num_tokens: int | None
+    max_matching_ngram_size: int
+    return_dict_in_generate: bool
+
+
+def _err(msg: str) -> ValueError:
+    return ValueError(msg)
+
+
+def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict) -> AssistedConfig:
+    """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    explicit = dict(kwargs)
+    unknown = config.update(**kwargs)
+    if unknown:
+        raise TypeError(
+            f"assisted_generate() got unexpected arguments {sorted(unknown)}; pass generation options such as "
+            "max_new_tokens, do_sample, temperature, top_k, top_p, num_assistant_tokens"
+        )
+    for key, neutral in _NEUTRAL.items():
+        value = getattr(config, key, neutral)
+        if value is not None and value != neutral and not (key == "min_length" and value == 0):
+            if key in ("num_beams", "num_beam_groups"):
+                fix = "beam search is not supported with an assistant: use num_beams=1"
+            elif key == "num_return_sequences":
+                fix = "repeat the prompt in the batch instead (batches of any size are supported)"
+            else:
+                fix = f"remove {key} or call generate() without an assistant"
+            raise ValueError(f"{key}={value!r} is not supported by optimum-uag assisted generation; {fix}")
+
+    max_new = config.max_new_tokens
+    if max_new is None:
+        max_new = explicit.get("max_new_tokens")
+    if max_new is None:
+        raise ValueError("max_new_tokens is required (e.g. max_new_tokens=64)")
+    if not isinstance(max_new, int) or max_new < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
+
+    k = explicit.get("num_assistant_tokens")
+    if k is None and generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS:
+        k = generation_config.num_assistant_tokens
+    if k is None and assistant_model is not None:
+        own = getattr(assistant_model.generation_config, "num_assistant_tokens", _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
+        k = own if own != _HF_DEFAULT_NUM_ASSISTANT_TOKENS else None
+    lookup = config.prompt_lookup_num_tokens
+    if k is None:
+        k = lookup if (assistant_model is None and lookup) else DEFAULT_NUM_ASSISTANT_TOKENS
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"num_assistant_tokens must be an integer >= 1, got {k!r}")
+
+    schedule = config.num_assistant_tokens_schedule or "constant"
+    if schedule not in SCHEDULES:
+        raise ValueError(f"num_assistant_tokens_schedule must be one of {SCHEDULES}, got {schedule!r}")
+    threshold = float(config.assistant_confidence_threshold)
+    if schedule == "confidence" and not 0.0 < threshold < 1.0:
+        raise ValueError(f"assistant_confidence_threshold must be in (0, 1), got {threshold}")
+
+    eos = config.eos_token_id
+    eos_ids = () if eos is None else tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+    pad = config.pad_token_id
+    if pad is None:
+        pad = eos_ids[0] if eos_ids else 0
+    temperature = float(config.temperature) if config.temperature is not None else 1.0
+    if config.do_sample and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when do_sample=True, got {temperature}; use do_sample=False for greedy")
+    top_p = float(config.top_p) if config.top_p is not None else 1.0
+    if config.do_sample and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    return AssistedConfig(
+        max_new_tokens=max_new,
+        do_sample=bool(config.do_sample),
+        temperature=temperature,
+        top_k=int(config.top_k or 0),
+        top_p=top_p,
+        num_assistant_tokens=k,
+        schedule=schedule,
+        confidence_threshold=threshold,
+        max_assistant_tokens=max(k, int(explicit.get("max_assistant_tokens", 16))),
+        eos_token_ids=eos_ids,
+        pad_token_id=int(pad),
+        prompt_lookup_num_tokens=lookup,
+        max_matching_ngram_size=int(config.max_matching_ngram_size or 2),
+        return_dict_in_generate=bool(config.return_dict_in_generate),
+    )
+
+
+def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: AssistedConfig):
+    """Check the prompt and the model pair; return (input_ids, attention_mask) on the target's device."""
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}")
+    if input_ids.dim() == 1:
+        input_ids = input_ids[None]
+    if input_ids.dim() != 2 or input_ids.numel() == 0 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must be a non-empty (batch, length) tensor, got shape {tuple(input_ids.shape)}")
+    device = model.device
+    input_ids = input_ids.to(device)
+    if attention_mask is None:
+        if input_ids.shape[0] > 1 and (input_ids == cfg.pad_token_id).any():
+            raise ValueError(
+                "the batch contains pad_token_id but no attention_mask was given; pass the tokenizer's "
+                "attention_mask (left padding) so padded positions are ignored"
+            )
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(device)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}")
+    if (attention_mask.sum(1) == 0).any():
+        raise ValueError("a prompt in the batch is empty (its attention_mask is all zeros); remove it")
+    # Left padding only: once a row starts, it must stay unmasked.
+    if (attention_mask[:, 1:] < attention_mask[:, :-1]).any():
+        raise ValueError("prompts must be left-padded for generation; set tokenizer.padding_side = 'left'")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    needed = input_ids.shape[1] + cfg.max_new_tokens + cfg.max_assistant_tokens + 1
+    if limit is not None and input_ids.shape[1] + cfg.max_new_tokens > limit:
+        raise ValueError(
+            f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the model's "
+            f"max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens"
+        )
+    if assistant_model is not None:
+        if assistant_model.device != device:
+            raise ValueError(
+                f"assistant_model is on {assistant_model.device} but the model is on {device}; "
+                f"move it with assistant_model.to('{device}')"
+            )
+        alimit = getattr(assistant_model.config, "max_position_embeddings", None)
+        if alimit is not None and needed > alimit + cfg.max_assistant_tokens + 1:
+            raise ValueError(
+                f"prompt + max_new_tokens ({needed - cfg.max_assistant_tokens - 1}) exceeds the assistant's "
+                f"max_position_embeddings={alimit}; use a shorter prompt or lower max_new_tokens"
+            )
+    return input_ids, attention_mask

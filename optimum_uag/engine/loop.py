@@ -1,0 +1,249 @@
+"""The assisted decoding loop: draft -> translate -> verify -> commit, on static-shape caches."""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import GenerationConfig
+from transformers.utils import ModelOutput
+
+from ..cache import ModelRunner
+from .config import AssistedConfig, resolve_config, validate_inputs
+from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler
+from .state import DecodingState, Proposal
+from .verify import LogitsWarper, Verdict, greedy_verify, speculative_sampling
+
+
+@dataclass
+class Metrics:
+    """Counters of one assisted generation call (tau = generated tokens per target call, per row)."""
+
+    target_calls: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    generated_tokens: int = 0
+    row_target_calls: int = 0
+    draft_seconds: float = 0.0
+    translate_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    bookkeeping_seconds: float = 0.0
+    target_shapes: list = field(default_factory=list)
+    draft_shapes: list = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def tau(self) -> float:
+        return self.generated_tokens / self.row_target_calls if self.row_target_calls else 0.0
+
+    @property
+    def target_tokens(self) -> int:
+        """Tokens produced by the target itself (corrections and bonus tokens)."""
+        return self.generated_tokens - self.accepted_tokens
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(acceptance_rate=self.acceptance_rate, tau=self.tau, target_tokens=self.target_tokens)
+        return out
+
+
+@dataclass
+class AssistedGenerateOutput(ModelOutput):
+    """`sequences` (prompt + new tokens, as transformers) and the call's `metrics`."""
+
+    sequences: torch.Tensor = None
+    metrics: Metrics = None
+
+
+class Verifier:
+    """Verify stage: one target forward over [unprocessed committed tokens, candidates]; accept a prefix."""
+
+    def __init__(self, runner: ModelRunner, warper: LogitsWarper | None):
+        self.runner = runner
+        self.warper = warper
+
+    def __call__(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
+        k = proposal.tokens.shape[1]
+        width = state.prompt_len if state.round == 0 else 1
+        start = state.length - width
+        inputs = torch.cat([state.window(start, width), proposal.tokens], dim=1)
+        logits = self.runner.forward(inputs, start, logits_to_keep=k + 1)
+        finite = torch.isfinite(logits).all()
+        if self.warper is None:
+            return greedy_verify(logits, proposal.tokens, proposal.valid), finite
+        probs = proposal.probs
+        if probs is None:  # a deterministic proposal is a one-hot distribution
+            probs = torch.nn.functional.one_hot(proposal.tokens, logits.shape[-1]).float()
+        verdict = speculative_sampling(self.warper.probs(logits), proposal.tokens, probs, proposal.valid)
+        return verdict, finite
+
+
+def commit(state: DecodingState, verdict: Verdict, eos_ids: torch.Tensor | None, stopping_criteria=None) -> torch.Tensor:
+    """Append each row's new tokens, stopping at EOS / max_new_tokens; return how many each row took."""
+    width = verdict.tokens.shape[1]
+    offsets = torch.arange(width, device=state.tokens.device)
+    n_new = verdict.accepted + 1
+    hit_eos = torch.zeros_like(state.done)
+    if eos_ids is not None:
+        is_eos = torch.isin(verdict.tokens, eos_ids) & (offsets < n_new[:, None])
+        hit_eos = is_eos.any(1)
+        n_new = torch.where(hit_eos, is_eos.long().argmax(1) + 1, n_new)
+    n_new = torch.minimum(n_new, state.max_new_tokens - state.generated)
+    n_new = torch.where(state.done, 0, n_new)
+    slots = state.length[:, None] + offsets
+    current = state.tokens.gather(1, slots)
+    state.tokens.scatter_(1, slots, torch.where(offsets < n_new[:, None], verdict.tokens, current))
+    if stopping_criteria:
+        n_new, stopped = _apply_stopping_criteria(state, n_new, stopping_criteria)
+        hit_eos |= stopped
+    state.length += n_new
+    state.generated += n_new
+    state.done |= (hit_eos & (n_new > 0)) | (state.generated >= state.max_new_tokens)
+    return n_new
+
+
+def _apply_stopping_criteria(state: DecodingState, n_new: torch.Tensor, criteria) -> tuple[torch.Tensor, torch.Tensor]:
+    """User stopping criteria, checked after every new token of every row (as transformers does per step)."""
+    n_list = n_new.tolist()
+    stopped = [False] * len(n_list)
+    for row, n in enumerate(n_list):
+        base = int(state.length[row])
+        for j in range(n):
+            if bool(criteria(state.tokens[row : row + 1, : base + j + 1], None).any()):
+                n_list[row], stopped[row] = j + 1, True
+                break
+    device = n_new.device
+    return torch.tensor(n_list, device=device), torch.tensor(stopped, device=device)
+
+
+class Schedule:
+    """Draft length per round: constant, heuristic (+2 if all accepted, else -1) or confidence-stopped."""
+
+    def __init__(self, cfg: AssistedConfig):
+        self.k = cfg.num_assistant_tokens
+        self.kind = cfg.schedule
+        self.max_k = cfg.max_assistant_tokens
+
+    def update(self, all_accepted: bool) -> None:
+        if self.kind == "heuristic":
+            self.k = min(self.max_k, self.k + 2) if all_accepted else max(1, self.k - 1)
+
+
+def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler):
+    """Pick the draft (+translate) stage for this model pair."""
+    vocab_size = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else model.config.vocab_size
+    if assistant_model is None:
+        if not cfg.prompt_lookup_num_tokens:
+            raise ValueError("pass assistant_model=... (a draft model) or prompt_lookup_num_tokens=... (n-gram drafting)")
+        return PromptLookupDrafter(cfg.max_matching_ngram_size, vocab_size, cfg.do_sample)
+    threshold = cfg.confidence_threshold if cfg.schedule == "confidence" else None
+    from ..translation import same_vocabulary
+
+    if (tokenizer is None) != (assistant_tokenizer is None):
+        missing = "assistant_tokenizer" if assistant_tokenizer is None else "tokenizer"
+        raise ValueError(
+            f"{missing} is missing: pass both tokenizer= (the target's) and assistant_tokenizer= (the assistant's), "
+            "or neither when the two models share one tokenizer"
+        )
+    if tokenizer is None:
+        draft_vocab = assistant_model.config.vocab_size
+        if draft_vocab != model.config.vocab_size:
+            raise ValueError(
+                f"the assistant's vocabulary ({draft_vocab} tokens) differs from the model's "
+                f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= to use Universal Assisted "
+                "Generation across tokenizers"
+            )
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold)
+    if same_vocabulary(tokenizer, assistant_tokenizer):
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold)
+    from ..universal import UniversalDrafter
+
+    return UniversalDrafter(
+        assistant_model, tokenizer, assistant_tokenizer, state, capacity, vocab_size, sampler, threshold, cfg
+    )
+
+
+@torch.no_grad()
+def assisted_generate(
+    model,
+    assistant_model=None,
+    input_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    tokenizer=None,
+    assistant_tokenizer=None,
+    generation_config: GenerationConfig | None = None,
+    streamer=None,
+    stopping_criteria=None,
+    **kwargs,
+) -> AssistedGenerateOutput:
+    """Speculative decoding with a draft model (any tokenizer) or prompt lookup; output equals the target's own."""
+    if input_ids is None:
+        input_ids = kwargs.pop("inputs", None)
+    if input_ids is None:
+        raise ValueError("input_ids is required (a (batch, length) tensor of the target tokenizer's ids)")
+    cfg = resolve_config(model, assistant_model, generation_config, kwargs)
+    input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
+    if streamer is not None and input_ids.shape[0] > 1:
+        raise ValueError("streamer supports batch size 1 only (as in transformers); drop streamer= for batches")
+    pad = (attention_mask == 0).sum(1)
+    capacity = input_ids.shape[1] + cfg.max_new_tokens + cfg.max_assistant_tokens + 2
+    state = DecodingState.create(input_ids, pad, capacity, cfg.pad_token_id, cfg.max_new_tokens)
+    warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
+    sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
+    drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler)
+    verifier = Verifier(ModelRunner(model, state.batch_size, capacity, pad), warper)
+    eos_ids = torch.tensor(cfg.eos_token_ids, device=input_ids.device) if cfg.eos_token_ids else None
+    schedule, metrics = Schedule(cfg), Metrics()
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+
+    while True:
+        t0 = time.perf_counter()
+        proposal = drafter.propose(state, schedule.k)
+        t1 = time.perf_counter()
+        verdict, finite = verifier(state, proposal)
+        t2 = time.perf_counter()
+        active = ~state.done
+        n_new = commit(state, verdict, eos_ids, stopping_criteria)
+        t3 = time.perf_counter()
+        if hasattr(drafter, "commit"):  # translate the new target tokens back for the draft (UAG)
+            drafter.commit(state, n_new)
+        t4 = time.perf_counter()
+        k = proposal.tokens.shape[1]
+        accepted = torch.minimum(verdict.accepted, n_new)
+        stats = torch.stack([
+            state.done.all().long(), finite.long(), ((verdict.accepted == k) | ~active).all().long(),
+            (active.long() * k).sum(), accepted.sum(), n_new.sum(), active.sum(),
+        ]).tolist()  # the one host sync of the round
+        all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active = stats
+        if not ok:
+            raise FloatingPointError(
+                "the target produced NaN/inf logits; check the model's dtype (fp16 overflow) and weights"
+            )
+        if streamer is not None and n_gen:
+            streamer.put(state.tokens[0, state.length[0] - n_gen : state.length[0]].cpu())
+        state.round += 1
+        schedule.update(bool(all_accepted))
+        metrics.target_calls += 1
+        metrics.row_target_calls += n_active
+        metrics.draft_tokens += drafted
+        metrics.accepted_tokens += n_acc
+        metrics.generated_tokens += n_gen
+        metrics.draft_seconds += t1 - t0
+        metrics.verify_seconds += t2 - t1
+        metrics.translate_seconds += t4 - t3
+        metrics.bookkeeping_seconds += time.perf_counter() - t2 - (t4 - t3)
+        if all_done:
+            break
+    if streamer is not None:
+        streamer.end()
+    propose_translate = getattr(drafter, "translate_seconds", 0.0)  # translation inside the draft stage
+    metrics.translate_seconds += propose_translate
+    metrics.draft_seconds -= propose_translate
+    metrics.target_shapes = sorted(verifier.runner.shapes)
+    metrics.draft_shapes = sorted(drafter.shapes)
+    return AssistedGenerateOutput(sequences=state.sequences(), metrics=metrics)
