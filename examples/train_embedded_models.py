@@ -84,13 +84,45 @@ def corpus_files() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 
 # ------------------------------------------------------------------------------------------- tokenizers
-def build_tokenizers(work: Path, train) -> None:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def llama_style_bpe(lines, vocab_size: int, limit_alphabet: int = 200, byte_fallback: bool = True):
+    """A Llama-like tokenizer: ids 0-2 <unk> <s> </s>, then the 256 <0xNN> byte tokens (ordinary, non-special
+    vocabulary entries, so decode() keeps them), then BPE pieces; '▁' space marker prepended; BOS added."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    texts = [t for _, t in train]
+    specials = ["<unk>", "<s>", "</s>"]
+    n_bytes = 256 if byte_fallback else 0
+    normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    draft = Tokenizer(models.BPE(unk_token="<unk>"))
+    draft.normalizer = normalizer
+    draft.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=vocab_size - n_bytes, special_tokens=specials,
+                                                         limit_alphabet=limit_alphabet, show_progress=False))
+    spec = json.loads(draft.to_str())["model"]
+    vocab = {tok: i for i, tok in enumerate(specials)}
+    vocab.update({f"<0x{i:02X}>": len(specials) + i for i in range(n_bytes)})
+    for tok, _ in sorted(spec["vocab"].items(), key=lambda kv: kv[1]):
+        if tok not in vocab:
+            vocab[tok] = len(vocab)
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in spec["merges"]]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=byte_fallback, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizer
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", vocab["<s>"])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<unk>", model_max_length=2048, clean_up_tokenization_spaces=False)
+    fast.padding_side = "left"
+    return fast
 
-    # Target: GPT-2 style byte-level BPE.
+
+def build_target_tokenizer(work: Path, texts) -> None:
+    """GPT-2 style byte-level BPE ('Ġ' space marker, no UNK)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -102,33 +134,22 @@ def build_tokenizers(work: Path, train) -> None:
     tok.train_from_iterator(texts, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
         model_max_length=2048, clean_up_tokenization_spaces=False,
     )
     fast.save_pretrained(work / "tok_target")
 
-    # Assistant: Llama/SentencePiece style (prepend '▁', spaces -> '▁', byte fallback <0xNN>), BOS added.
-    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    tok.pre_tokenizer = None
-    tok.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
-    )
-    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
-    trainer = trainers.BpeTrainer(
-        vocab_size=ASSISTANT_VOCAB, special_tokens=SPECIALS_ASSISTANT + byte_tokens, show_progress=False,
-        limit_alphabet=200,
-    )
-    # SentencePiece trains on lines; newlines are left to byte fallback (<0x0A>) as in Llama.
-    lines = (line for text in texts for line in text.split("\n") if line.strip())
-    tok.train_from_iterator(lines, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", model_max_length=2048,
-        clean_up_tokenization_spaces=False, add_bos_token=True,
-    )
-    fast.save_pretrained(work / "tok_assistant")
+
+def build_tokenizers(work: Path, train, which: str = "both") -> None:
+    texts = [t for _, t in train]
+
+    if which in ("both", "target"):
+        build_target_tokenizer(work, texts)
+    if which in ("both", "assistant"):
+        # Assistant: Llama/SentencePiece style (prepend '▁', spaces -> '▁', byte fallback <0xNN>), BOS added.
+        # SentencePiece trains on lines; newlines are left to byte fallback (<0x0A>) as in Llama.
+        lines = [line for text in texts for line in text.split("\n") if line.strip()]
+        llama_style_bpe(lines, ASSISTANT_VOCAB).save_pretrained(work / "tok_assistant")
     log(work, "tokenizers", target_vocab=TARGET_VOCAB, assistant_vocab=ASSISTANT_VOCAB)
 
 
@@ -362,7 +383,23 @@ def stage_assistant(work, train, heldout, minutes):
     log(work, "assistant", **info)
 
 
-def stage_export(work, out: Path):
+def make_prompts(heldout, count: int = 24) -> list[str]:
+    """Evaluation prompts from held-out files: a function's header and first lines (ends at a line break)."""
+    prompts = []
+    for rel, text in heldout:
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("def ") and line.rstrip().endswith(":") and i + 3 < len(lines):
+                snippet = "\n".join(lines[max(0, i - 2) : i + 3]) + "\n"
+                if 60 <= len(snippet) <= 400 and "\t" not in snippet:
+                    prompts.append(snippet)
+                    break
+        if len(prompts) == count:
+            break
+    return prompts
+
+
+def stage_export(work, out: Path, heldout):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for src, dst in (("target", "target"), ("same", "assistant_same_tokenizer"), ("assistant", "assistant")):
@@ -374,14 +411,20 @@ def stage_export(work, out: Path):
             old.unlink()
         model.generation_config.pad_token_id = model.config.pad_token_id
         model.save_pretrained(target_dir, max_shard_size="24MB", safe_serialization=True)
-        AutoTokenizer.from_pretrained(work / src).save_pretrained(target_dir)
-    log(work, "export", dir=str(out.name))
+        tok = AutoTokenizer.from_pretrained(work / src)
+        if tok.pad_token is None:  # batches need one; as in Llama/GPT-2 practice, reuse an existing token
+            tok.pad_token = tok.unk_token if tok.unk_token != tok.eos_token else tok.eos_token
+        tok.padding_side = "left"  # decoder-only generation pads on the left
+        tok.save_pretrained(target_dir)
+    prompts = make_prompts(heldout)
+    (out / "prompts.json").write_text(json.dumps(prompts, indent=1))
+    log(work, "export", dir=str(out.name), prompts=len(prompts))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", default="all",
-                        choices=["all", "tokenizers", "target", "same", "gen", "assistant", "export"])
+                        choices=["all", "tokenizers", "assistant_tokenizer", "target", "same", "gen", "assistant", "export"])
     parser.add_argument("--work_dir", default="embedded_work")
     parser.add_argument("--out_dir", default=str(Path(__file__).resolve().parents[1] / "optimum_uag" / "models"))
     parser.add_argument("--target_minutes", type=float, default=50)
@@ -405,6 +448,8 @@ def main():
         t0 = time.time()
         if stage == "tokenizers":
             build_tokenizers(work, train)
+        elif stage == "assistant_tokenizer":
+            build_tokenizers(work, train, which="assistant")
         elif stage == "target":
             stage_target(work, train, heldout, args.target_minutes)
         elif stage == "same":
@@ -414,7 +459,7 @@ def main():
         elif stage == "assistant":
             stage_assistant(work, train, heldout, args.assistant_minutes)
         elif stage == "export":
-            stage_export(work, Path(args.out_dir))
+            stage_export(work, Path(args.out_dir), heldout)
         log(work, "wall_minutes", **{stage: round((time.time() - t0) / 60, 1)})
 
 

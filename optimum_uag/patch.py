@@ -1,0 +1,75 @@
+"""Route transformers' `generate(..., assistant_model=...)` through the optimum-uag engine."""
+from __future__ import annotations
+
+import functools
+
+from transformers.generation.utils import GenerationMixin
+
+from .engine import assisted_generate
+
+_ORIGINAL = {"generate": None}
+_LAST = {"metrics": None}
+
+
+def _wants_engine(assistant_model, generation_config, kwargs) -> bool:
+    if assistant_model is not None:
+        return True
+    lookup = kwargs.get("prompt_lookup_num_tokens")
+    if lookup is None and generation_config is not None:
+        lookup = generation_config.prompt_lookup_num_tokens
+    return bool(lookup)
+
+
+def _make_generate(original):
+    @functools.wraps(original)
+    def generate(self, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
+                 prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None, **kwargs):
+        if not _wants_engine(assistant_model, generation_config, kwargs):
+            return original(self, inputs, generation_config, logits_processor, stopping_criteria,
+                            prefix_allowed_tokens_fn, synced_gpus, assistant_model, streamer, **kwargs)
+        if logits_processor or prefix_allowed_tokens_fn is not None:
+            raise ValueError(
+                "custom logits_processor / prefix_allowed_tokens_fn are not supported with an assistant by optimum-uag; "
+                "call optimum_uag.disable() to use transformers' own assisted generation"
+            )
+        input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
+        kwargs.pop("token_type_ids", None)  # tokenizers return it; decoder-only models ignore it
+        attention_mask = kwargs.pop("attention_mask", None)
+        tokenizer = kwargs.pop("tokenizer", None)
+        assistant_tokenizer = kwargs.pop("assistant_tokenizer", None)
+        out = assisted_generate(
+            self, assistant_model, input_ids, attention_mask, tokenizer=tokenizer,
+            assistant_tokenizer=assistant_tokenizer, generation_config=generation_config, streamer=streamer,
+            stopping_criteria=stopping_criteria, **kwargs,
+        )
+        _LAST["metrics"] = out.metrics
+        wants_dict = kwargs.get("return_dict_in_generate")
+        if wants_dict is None and generation_config is not None:
+            wants_dict = generation_config.return_dict_in_generate
+        return out if wants_dict else out.sequences
+
+    generate._optimum_uag = True
+    return generate
+
+
+def enable() -> None:
+    """Make `model.generate(..., assistant_model=...)` (and prompt lookup) use optimum-uag. Idempotent."""
+    if _ORIGINAL["generate"] is None:
+        _ORIGINAL["generate"] = GenerationMixin.generate
+        GenerationMixin.generate = _make_generate(_ORIGINAL["generate"])
+
+
+def disable() -> None:
+    """Restore transformers' own generate() exactly. Idempotent."""
+    if _ORIGINAL["generate"] is not None:
+        GenerationMixin.generate = _ORIGINAL["generate"]
+        _ORIGINAL["generate"] = None
+
+
+def is_enabled() -> bool:
+    return _ORIGINAL["generate"] is not None
+
+
+def last_metrics():
+    """Metrics of the last generate() call routed through the engine (None before the first)."""
+    return _LAST["metrics"]

@@ -1,0 +1,257 @@
+"""Universal Assisted Generation: a draft model with a different tokenizer, behind the Drafter interface.
+
+draft      the assistant proposes k tokens in its own vocabulary, on its own static cache
+translate  greedy: draft text -> target tokens (re-encode a window, cut at the committed end, align with the
+           committed target tokens not yet mirrored in the draft); sampling: token-level intersection (TLI),
+           one draft token = one target token
+commit     the new target text -> draft tokens: keep the draft tokens that still spell a prefix of it, rewind
+           the draft cache to there, re-encode only the remainder and re-feed it (fixed re-feed width)
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .cache import ModelRunner
+from .engine.draft import TokenSampler
+from .engine.state import DecodingState, Proposal
+from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
+
+WINDOW = 6  # tokens of committed context used when decoding/re-encoding (constant cost per round)
+MIN_INTERSECTION = 0.05  # below this share of the smaller vocabulary, TLI cannot propose much
+
+
+class UniversalDrafter:
+    """Draft stage for an assistant whose tokenizer differs from the target's (UAG)."""
+
+    def __init__(self, assistant_model, tokenizer, assistant_tokenizer, state: DecodingState, capacity: int,
+                 vocab_size: int, sampler: TokenSampler, confidence_threshold: float | None, cfg):
+        self.target_text = TextBridge(tokenizer)
+        self.draft_text = TextBridge(assistant_tokenizer)
+        self.vocab_size = vocab_size
+        self.sampler = sampler
+        self.threshold = confidence_threshold
+        self.translate_seconds = 0.0
+        self.target_eos = list(cfg.eos_token_ids)
+        self.draft_eos = assistant_tokenizer.eos_token_id
+        self.draft_special = self.draft_text.special_ids
+        self.refeed_width = max(4, cfg.num_assistant_tokens)
+        device = state.tokens.device
+        draft_vocab = assistant_model.get_output_embeddings().weight.shape[0]
+        self.tli = None
+        inter = vocabulary_intersection(tokenizer, assistant_tokenizer, draft_vocab)  # raises when empty
+        if cfg.do_sample:
+            if inter.coverage < MIN_INTERSECTION:
+                warn_once("tli-small", f"the two vocabularies share only {inter.size} tokens ({inter.coverage:.1%}); "
+                          "sampling falls back to string-level drafting (proposals are deterministic, still lossless)")
+            else:
+                self.tli = inter.to(device)
+
+        # Draft prompt: the target prompt's text in the assistant's tokens (its own BOS), left-padded.
+        texts = self.target_text.decode_many([row[p:] for row, p in zip(
+            state.tokens[:, : state.prompt_len].tolist(), state.pad.tolist())])
+        enc = assistant_tokenizer(texts, add_special_tokens=True)["input_ids"]
+        for text, ids in zip(texts, enc):
+            if self.draft_text.decode(ids) != text:
+                warn_once("roundtrip", "the assistant tokenizer does not reproduce the prompt text exactly "
+                          f"({text[:40]!r}...); drafts may be accepted less often (output stays exact)")
+                break
+        longest = max(len(e) for e in enc)
+        pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else 0
+        self.prompt_len = longest
+        dcap = longest + 4 * (cfg.max_new_tokens + cfg.max_assistant_tokens) + self.refeed_width + 8
+        self.tokens = torch.full((state.batch_size, dcap), pad_id, dtype=torch.long, device=device)
+        for b, e in enumerate(enc):
+            self.tokens[b, longest - len(e) : longest] = torch.tensor(e, device=device)
+        self.pad = torch.tensor([longest - len(e) for e in enc], device=device)
+        self.length = [longest] * state.batch_size  # committed draft tokens (their text == target text[:synced])
+        self.processed = [0] * state.batch_size  # draft tokens whose KV entries are valid
+        self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
+        self.capacity = dcap
+        self.runner = ModelRunner(assistant_model, state.batch_size, dcap, self.pad)
+        self._round = None  # what propose() leaves for commit()
+
+    @property
+    def shapes(self):
+        return self.runner.shapes
+
+    # ------------------------------------------------------------------------------------------ draft
+    def _catch_up(self) -> torch.Tensor:
+        """Feed the committed draft tokens the cache lacks; return the logits after the last one (B, V)."""
+        device = self.tokens.device
+        if not any(self.processed):  # first round: the whole draft prompt
+            start = torch.zeros(len(self.length), dtype=torch.long, device=device)
+            logits = self.runner.forward(self.tokens[:, : self.prompt_len], start, logits_to_keep=1)[:, -1]
+            self.processed = list(self.length)
+            return logits
+        width, offsets = self.refeed_width, torch.arange(self.refeed_width, device=device)
+        rows = torch.arange(len(self.length), device=device)
+        while True:  # fixed width W; more than W missing tokens (rare) take several passes
+            # Re-read at least the last committed token, so that every row yields next-token logits.
+            todo = [max(1, ln - pr) for ln, pr in zip(self.length, self.processed)]
+            starts = [ln - t for ln, t in zip(self.length, todo)]
+            take = [min(t, width) for t in todo]
+            start = torch.tensor(starts, device=device)
+            logits = self.runner.forward(self.tokens.gather(1, start[:, None] + offsets), start)
+            self.processed = [s + t for s, t in zip(starts, take)]
+            if max(todo) <= width:
+                return logits[rows, torch.tensor(take, device=device) - 1]
+
+    def propose(self, state: DecodingState, k: int) -> Proposal:
+        logits = self._catch_up()
+        base = torch.tensor(self.length, device=self.tokens.device)
+        drafted, dists = [], []
+        for i in range(k):
+            if self.tli is not None:
+                token, dist = self._sample_in_intersection(logits)
+                conf = dist.max(-1).values if self.threshold is not None else None
+            else:
+                token, dist, conf = self.sampler(logits)
+            drafted.append(token)
+            dists.append(dist)
+            if i + 1 == k:
+                break
+            if self.threshold is not None and bool(((conf < self.threshold) | state.done).all()):
+                break
+            logits = self.runner.forward(token[:, None], base + i, logits_to_keep=1)[:, -1]
+        drafted = torch.stack(drafted, 1)
+        self.tokens.scatter_(1, base[:, None] + torch.arange(drafted.shape[1], device=base.device), drafted)
+        self.processed = [ln + drafted.shape[1] - 1 for ln in self.length]
+        t0 = time.perf_counter()
+        proposal = self._translate_tli(drafted, dists) if self.tli is not None else self._translate_text(state, drafted, k)
+        self.translate_seconds += time.perf_counter() - t0
+        return proposal
+
+    def _sample_in_intersection(self, logits: torch.Tensor):
+        """Sample from the draft distribution restricted and renormalized to the shared tokens (TLI)."""
+        probs = self.sampler.warper.probs(logits)[:, self.tli.draft_ids]  # (B, |I|)
+        mass = probs.sum(-1, keepdim=True)
+        probs = torch.where(mass > 0, probs / mass.clamp_min(1e-30), torch.full_like(probs, 1.0 / probs.shape[-1]))
+        pick = torch.multinomial(probs, 1).squeeze(-1)
+        return self.tli.draft_ids[pick], probs
+
+    # -------------------------------------------------------------------------------------- translate
+    def _translate_tli(self, drafted: torch.Tensor, dists: list) -> Proposal:
+        batch, k = drafted.shape
+        q = torch.zeros(batch, k, self.vocab_size, device=drafted.device)
+        # index_add: several draft tokens may spell the same target token; their mass adds up
+        q.index_add_(2, self.tli.target_ids, torch.stack(dists, 1))
+        self._round = {"drafted": drafted.tolist(), "texts": None}
+        return Proposal(tokens=self.tli.draft_to_target[drafted], probs=q)
+
+    def _draft_texts(self, drafted_rows: list[list[int]]) -> list[list[str]]:
+        """Per row, the text spelled by drafted[:i] for i = 0..k (decoded after a window of committed tokens)."""
+        k = len(drafted_rows[0])
+        windows = [self.tokens[b, max(int(self.pad[b]), ln - WINDOW) : ln].tolist() for b, ln in enumerate(self.length)]
+        texts = self.draft_text.decode_many([w + d[:i] for w, d in zip(windows, drafted_rows) for i in range(k + 1)])
+        out = []
+        for b in range(len(drafted_rows)):
+            row = texts[b * (k + 1) : (b + 1) * (k + 1)]
+            head = row[0]
+            cum = []
+            for t in row:
+                n = len(head) if t.startswith(head) else common_prefix_len(head, t)
+                cum.append(t[n:])
+            out.append(cum)
+        return out
+
+    def _translate_text(self, state: DecodingState, drafted: torch.Tensor, width: int) -> Proposal:
+        """Greedy UAG: draft tokens -> text -> target tokens continuing the committed target tokens."""
+        rows = drafted.tolist()
+        texts = self._draft_texts(rows)
+        lengths = state.length.tolist()
+        new_texts, eos_hits = [], []
+        for b, row in enumerate(rows):
+            # Stop at the first special draft token; a draft EOS becomes a target EOS candidate.
+            stop = next((i for i, t in enumerate(row) if t in self.draft_special), len(row))
+            eos_hits.append(stop < len(row) and row[stop] == self.draft_eos and bool(self.target_eos))
+            # Hold back draft tokens that end inside a UTF-8 character (their text decodes to U+FFFD).
+            clean = next(i for i in range(stop, -1, -1) if not texts[b][i].endswith(REPLACEMENT))
+            eos_hits[-1] &= clean == stop
+            new_texts.append(texts[b][clean])
+        windows = [state.tokens[b, max(int(state.pad[b]), s - WINDOW) : s].tolist() for b, s in enumerate(self.synced)]
+        conts = self.target_text.continuations(windows, new_texts)
+        candidates = torch.zeros(len(rows), width, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        pending_rows = state.tokens[:, : max(lengths)].tolist()
+        for b, cont in enumerate(conts):
+            if cont is None:  # the last committed target token would merge with the new text: encode it alone
+                cont = self.target_text.encode_alone(new_texts[b]) if self.synced[b] == lengths[b] else []
+            pending = pending_rows[b][self.synced[b] : lengths[b]]  # committed, not yet mirrored in the draft
+            if pending:
+                cont = cont[len(pending):] if cont[: len(pending)] == pending else []
+            if eos_hits[b]:
+                cont = cont + [self.target_eos[0]]
+            cont = cont[:width]
+            if cont:
+                candidates[b, : len(cont)] = torch.tensor(cont)
+                valid[b, : len(cont)] = True
+        self._round = {"drafted": rows, "texts": texts}
+        device = state.tokens.device
+        # With sampling, these proposals are deterministic given the draft: the verifier uses one-hot q.
+        return Proposal(tokens=candidates.to(device), valid=valid.to(device))
+
+    # ----------------------------------------------------------------------------------------- commit
+    def _text_after(self, b: int, start: int, end: int) -> str:
+        """Text of this row's draft tokens [start, end), decoded after a window of earlier tokens."""
+        lo = max(int(self.pad[b]), start - WINDOW)
+        head, full = self.draft_text.decode_many([self.tokens[b, lo:start].tolist(), self.tokens[b, lo:end].tolist()])
+        return full[len(head):] if full.startswith(head) else full[common_prefix_len(head, full):]
+
+    def _new_target_text(self, state: DecodingState, lengths: list[int]) -> tuple[list[str], list[int]]:
+        """Per row: the committed target text not yet mirrored in the draft, and the target length it reaches.
+
+        A target token that ends inside a UTF-8 character stays pending until a later token completes it."""
+        starts = [max(int(state.pad[b]), s - WINDOW) for b, s in enumerate(self.synced)]
+        rows = state.tokens[:, : max(lengths)].tolist()
+        texts = self.target_text.decode_many(
+            [rows[b][lo:s] for b, (lo, s) in enumerate(zip(starts, self.synced))]
+            + [rows[b][lo:ln] for b, (lo, ln) in enumerate(zip(starts, lengths))])
+        batch = len(lengths)
+        news, reach = [], []
+        for b in range(batch):
+            head, full, end = texts[b], texts[batch + b], lengths[b]
+            while full.endswith(REPLACEMENT) and end > self.synced[b]:
+                end -= 1
+                full = self.target_text.decode(rows[b][starts[b]:end])
+            cut = len(head) if full.startswith(head) else common_prefix_len(head, full)
+            news.append(full[cut:])
+            reach.append(end)
+        return news, reach
+
+    def commit(self, state: DecodingState, n_new: torch.Tensor) -> None:
+        """Mirror the newly committed target text in the draft's tokens; rewind its cache to what still holds."""
+        rows, texts = self._round["drafted"], self._round["texts"] or self._draft_texts(self._round["drafted"])
+        news, reach = self._new_target_text(state, state.length.tolist())
+        remainders, windows, bases = [], [], []
+        for b, row in enumerate(rows):
+            # Longest run of drafted tokens (before any special one) whose text is a prefix of the new text:
+            # their KV entries stay, the rest of the draft cache is rewound.
+            stop = next((i for i, t in enumerate(row) if t in self.draft_special), len(row))
+            keep = next((i for i in range(stop, 0, -1) if texts[b][i] and news[b].startswith(texts[b][i])), 0)
+            base = self.length[b] + keep
+            remainders.append(news[b][len(texts[b][keep]) if keep else 0 :])
+            windows.append(self.tokens[b, max(int(self.pad[b]), base - WINDOW) : base].tolist())
+            bases.append(base)
+            self.synced[b] = reach[b]
+        for b, cont in enumerate(self.draft_text.continuations(windows, remainders)):
+            base = bases[b]
+            back = 0
+            while cont is None:  # the last kept draft token merges with the remainder: re-encode it as well
+                back += 1
+                if back > WINDOW or base - back <= int(self.pad[b]):
+                    base, cont = base - back + 1, self.draft_text.encode_alone(remainders[b])
+                    break
+                text = self._text_after(b, base - back, bases[b]) + remainders[b]
+                lo = max(int(self.pad[b]), base - back - WINDOW)
+                cont = self.draft_text.continuations([self.tokens[b, lo : base - back].tolist()], [text])[0]
+                if cont is not None:
+                    base -= back
+            if base + len(cont) + self.refeed_width + 2 >= self.capacity:
+                raise RuntimeError("the assistant's token buffer is full; lower max_new_tokens")
+            if cont:
+                self.tokens[b, base : base + len(cont)] = torch.tensor(cont, device=self.tokens.device)
+            self.length[b] = base + len(cont)
+            self.processed[b] = min(self.processed[b], base)
+        self._round = None

@@ -1,0 +1,83 @@
+"""The embedded model family: offline loading, tokenizers, sensible generations, installed package data."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from optimum_uag import embedded_models
+from optimum_uag.translation import same_vocabulary
+
+
+def test_paths_exist_and_load_offline(embedded):
+    paths = embedded_models()
+    assert set(paths) == {"target", "assistant", "assistant_same_tokenizer"}
+    for name, path in paths.items():
+        assert (Path(path) / "config.json").is_file()
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert type(embedded["target"][0]).__name__ == "LlamaForCausalLM"
+    assert type(embedded["assistant"][0]).__name__ == "GPTNeoXForCausalLM"
+    assert type(embedded["assistant_same_tokenizer"][0]).__name__ == "LlamaForCausalLM"
+
+
+def test_sizes_and_cost_ratio_shape(embedded):
+    n = {k: sum(p.numel() for p in m.parameters()) for k, (m, _) in embedded.items()}
+    assert 20e6 <= n["target"] <= 35e6
+    assert n["assistant"] <= 2.1e6 and n["assistant_same_tokenizer"] <= 2.1e6
+    disk = sum(f.stat().st_size for p in embedded_models().values() for f in Path(p).iterdir())
+    assert disk <= 64 * 2**20
+
+
+def test_tokenizers_differ_and_match(embedded):
+    target_tok = embedded["target"][1]
+    assistant_tok = embedded["assistant"][1]
+    same_tok = embedded["assistant_same_tokenizer"][1]
+    assert same_vocabulary(target_tok, same_tok)
+    assert not same_vocabulary(target_tok, assistant_tok)
+    assert len(assistant_tok) != len(target_tok)
+    text = "def f(x):\n    return x  # é\n"
+    # byte-level BPE ('Ġ') vs SentencePiece-style ('▁' + <0x0A> byte fallback)
+    assert any(t.startswith("Ġ") for t in target_tok.tokenize(text))
+    assert "<0x0A>" in assistant_tok.tokenize(text)
+    for tok in (target_tok, assistant_tok):
+        assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+@pytest.mark.parametrize("name", ["target", "assistant", "assistant_same_tokenizer"])
+def test_greedy_generation_is_code_like(embedded, prompts, name):
+    model, tok = embedded[name]
+    enc = tok(prompts[0], return_tensors="pt", return_token_type_ids=False)
+    out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tok.pad_token_id)
+    new = out[0, enc["input_ids"].shape[1]:]
+    text = tok.decode(new, skip_special_tokens=True)
+    assert len(set(new.tolist())) >= 6, text  # not one repeated token
+    assert "\n" in text, text
+    # indentation is made of whole 4-space steps in most lines
+    indents = [len(l) - len(l.lstrip(" ")) for l in text.split("\n")[1:] if l.strip()]
+    assert indents and sum(i % 4 == 0 for i in indents) >= 0.75 * len(indents), text
+
+
+def test_heldout_loss_recorded():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    assert "held-out" in doc.lower()
+
+
+@pytest.mark.slow
+def test_package_data_installed(tmp_path):
+    """A real (non-editable) install carries the weights and loads from outside the repository."""
+    repo = Path(__file__).resolve().parents[1]
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--target", str(target), str(repo)], check=True, cwd=tmp_path)
+    code = ("import json, optimum_uag; from transformers import AutoModelForCausalLM, AutoTokenizer; "
+            "p = optimum_uag.embedded_models(); "
+            "[AutoModelForCausalLM.from_pretrained(v) and AutoTokenizer.from_pretrained(v) for v in p.values()]; "
+            "print(json.dumps(p))")
+    env = dict(os.environ, PYTHONPATH=str(target), HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+    paths = json.loads(out.stdout.strip().splitlines()[-1])
+    for path in paths.values():
+        assert Path(path).is_relative_to(target), path
