@@ -415,6 +415,7 @@ def stage_export(work, out: Path, heldout):
         if tok.pad_token is None:  # batches need one; as in Llama/GPT-2 practice, reuse an existing token
             tok.pad_token = tok.unk_token if tok.unk_token != tok.eos_token else tok.eos_token
         tok.padding_side = "left"  # decoder-only generation pads on the left
+        tok.init_kwargs["padding_side"] = "left"  # persisted in tokenizer_config.json
         tok.save_pretrained(target_dir)
     prompts = make_prompts(heldout)
     (out / "prompts.json").write_text(json.dumps(prompts, indent=1))

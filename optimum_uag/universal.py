@@ -60,11 +60,16 @@ class UniversalDrafter:
         longest = max(len(e) for e in enc)
         pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else 0
         self.prompt_len = longest
+        self.draft_pad = [longest - len(e) for e in enc]
+        self.target_pad = state.pad.tolist()
         dcap = longest + 4 * (cfg.max_new_tokens + cfg.max_assistant_tokens) + self.refeed_width + 8
         self.tokens = torch.full((state.batch_size, dcap), pad_id, dtype=torch.long, device=device)
         for b, e in enumerate(enc):
             self.tokens[b, longest - len(e) : longest] = torch.tensor(e, device=device)
         self.pad = torch.tensor([longest - len(e) for e in enc], device=device)
+        # Host mirrors of the committed tokens (slot-indexed), so that a round never reads more than a window.
+        self.host = [[pad_id] * (longest - len(e)) + list(e) for e in enc]  # draft
+        self.target_host = state.tokens[:, : state.prompt_len].tolist()  # target
         self.length = [longest] * state.batch_size  # committed draft tokens (their text == target text[:synced])
         self.processed = [0] * state.batch_size  # draft tokens whose KV entries are valid
         self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
@@ -137,13 +142,13 @@ class UniversalDrafter:
         q = torch.zeros(batch, k, self.vocab_size, device=drafted.device)
         # index_add: several draft tokens may spell the same target token; their mass adds up
         q.index_add_(2, self.tli.target_ids, torch.stack(dists, 1))
-        self._round = {"drafted": drafted.tolist(), "texts": None}
+        self._round = {"drafted": drafted.tolist(), "texts": None, "width": k + 1}
         return Proposal(tokens=self.tli.draft_to_target[drafted], probs=q)
 
     def _draft_texts(self, drafted_rows: list[list[int]]) -> list[list[str]]:
         """Per row, the text spelled by drafted[:i] for i = 0..k (decoded after a window of committed tokens)."""
         k = len(drafted_rows[0])
-        windows = [self.tokens[b, max(int(self.pad[b]), ln - WINDOW) : ln].tolist() for b, ln in enumerate(self.length)]
+        windows = [self._draft_window(b, ln) for b, ln in enumerate(self.length)]
         texts = self.draft_text.decode_many([w + d[:i] for w, d in zip(windows, drafted_rows) for i in range(k + 1)])
         out = []
         for b in range(len(drafted_rows)):
@@ -170,15 +175,14 @@ class UniversalDrafter:
             clean = next(i for i in range(stop, -1, -1) if not texts[b][i].endswith(REPLACEMENT))
             eos_hits[-1] &= clean == stop
             new_texts.append(texts[b][clean])
-        windows = [state.tokens[b, max(int(state.pad[b]), s - WINDOW) : s].tolist() for b, s in enumerate(self.synced)]
+        windows = [self._target_window(b, s) for b, s in enumerate(self.synced)]
         conts = self.target_text.continuations(windows, new_texts)
         candidates = torch.zeros(len(rows), width, dtype=torch.long)
         valid = torch.zeros(len(rows), width, dtype=torch.bool)
-        pending_rows = state.tokens[:, : max(lengths)].tolist()
         for b, cont in enumerate(conts):
             if cont is None:  # the last committed target token would merge with the new text: encode it alone
                 cont = self.target_text.encode_alone(new_texts[b]) if self.synced[b] == lengths[b] else []
-            pending = pending_rows[b][self.synced[b] : lengths[b]]  # committed, not yet mirrored in the draft
+            pending = self.target_host[b][self.synced[b] : lengths[b]]  # committed, not yet mirrored in the draft
             if pending:
                 cont = cont[len(pending):] if cont[: len(pending)] == pending else []
             if eos_hits[b]:
@@ -187,24 +191,30 @@ class UniversalDrafter:
             if cont:
                 candidates[b, : len(cont)] = torch.tensor(cont)
                 valid[b, : len(cont)] = True
-        self._round = {"drafted": rows, "texts": texts}
+        self._round = {"drafted": rows, "texts": texts, "width": width + 1}
         device = state.tokens.device
         # With sampling, these proposals are deterministic given the draft: the verifier uses one-hot q.
         return Proposal(tokens=candidates.to(device), valid=valid.to(device))
 
     # ----------------------------------------------------------------------------------------- commit
+    def _draft_window(self, b: int, end: int) -> list[int]:
+        return self.host[b][max(self.draft_pad[b], end - WINDOW) : end]
+
+    def _target_window(self, b: int, end: int) -> list[int]:
+        return self.target_host[b][max(self.target_pad[b], end - WINDOW) : end]
+
     def _text_after(self, b: int, start: int, end: int) -> str:
-        """Text of this row's draft tokens [start, end), decoded after a window of earlier tokens."""
-        lo = max(int(self.pad[b]), start - WINDOW)
-        head, full = self.draft_text.decode_many([self.tokens[b, lo:start].tolist(), self.tokens[b, lo:end].tolist()])
+        """Text of this row's committed draft tokens [start, end), decoded after a window of earlier tokens."""
+        lo = max(self.draft_pad[b], start - WINDOW)
+        head, full = self.draft_text.decode_many([self.host[b][lo:start], self.host[b][lo:end]])
         return full[len(head):] if full.startswith(head) else full[common_prefix_len(head, full):]
 
-    def _new_target_text(self, state: DecodingState, lengths: list[int]) -> tuple[list[str], list[int]]:
+    def _new_target_text(self, lengths: list[int]) -> tuple[list[str], list[int]]:
         """Per row: the committed target text not yet mirrored in the draft, and the target length it reaches.
 
         A target token that ends inside a UTF-8 character stays pending until a later token completes it."""
-        starts = [max(int(state.pad[b]), s - WINDOW) for b, s in enumerate(self.synced)]
-        rows = state.tokens[:, : max(lengths)].tolist()
+        starts = [max(self.target_pad[b], s - WINDOW) for b, s in enumerate(self.synced)]
+        rows = self.target_host
         texts = self.target_text.decode_many(
             [rows[b][lo:s] for b, (lo, s) in enumerate(zip(starts, self.synced))]
             + [rows[b][lo:ln] for b, (lo, ln) in enumerate(zip(starts, lengths))])
@@ -223,7 +233,11 @@ class UniversalDrafter:
     def commit(self, state: DecodingState, n_new: torch.Tensor) -> None:
         """Mirror the newly committed target text in the draft's tokens; rewind its cache to what still holds."""
         rows, texts = self._round["drafted"], self._round["texts"] or self._draft_texts(self._round["drafted"])
-        news, reach = self._new_target_text(state, state.length.tolist())
+        lengths, counts = state.length.tolist(), n_new.tolist()
+        block = state.window(state.length - n_new, self._round["width"]).tolist()  # the new tokens only
+        for b, (row, n) in enumerate(zip(block, counts)):
+            self.target_host[b].extend(row[:n])
+        news, reach = self._new_target_text(lengths)
         remainders, windows, bases = [], [], []
         for b, row in enumerate(rows):
             # Longest run of drafted tokens (before any special one) whose text is a prefix of the new text:
@@ -232,7 +246,8 @@ class UniversalDrafter:
             keep = next((i for i in range(stop, 0, -1) if texts[b][i] and news[b].startswith(texts[b][i])), 0)
             base = self.length[b] + keep
             remainders.append(news[b][len(texts[b][keep]) if keep else 0 :])
-            windows.append(self.tokens[b, max(int(self.pad[b]), base - WINDOW) : base].tolist())
+            self.host[b][self.length[b]:] = row[:keep]
+            windows.append(self._draft_window(b, base))
             bases.append(base)
             self.synced[b] = reach[b]
         for b, cont in enumerate(self.draft_text.continuations(windows, remainders)):
@@ -244,14 +259,14 @@ class UniversalDrafter:
                     base, cont = base - back + 1, self.draft_text.encode_alone(remainders[b])
                     break
                 text = self._text_after(b, base - back, bases[b]) + remainders[b]
-                lo = max(int(self.pad[b]), base - back - WINDOW)
-                cont = self.draft_text.continuations([self.tokens[b, lo : base - back].tolist()], [text])[0]
+                cont = self.draft_text.continuations([self._draft_window(b, base - back)], [text])[0]
                 if cont is not None:
                     base -= back
             if base + len(cont) + self.refeed_width + 2 >= self.capacity:
                 raise RuntimeError("the assistant's token buffer is full; lower max_new_tokens")
             if cont:
                 self.tokens[b, base : base + len(cont)] = torch.tensor(cont, device=self.tokens.device)
+            self.host[b][base:] = cont
             self.length[b] = base + len(cont)
             self.processed[b] = min(self.processed[b], base)
         self._round = None

@@ -44,23 +44,11 @@ class AssistedConfig:
     return_dict_in_generate: bool
 
 
-def _err(msg: str) -> ValueError:
-    return ValueError(msg)
-
-
-def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict) -> AssistedConfig:
-    """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
-    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
-    explicit = dict(kwargs)
-    unknown = config.update(**kwargs)
-    if unknown:
-        raise TypeError(
-            f"assisted_generate() got unexpected arguments {sorted(unknown)}; pass generation options such as "
-            "max_new_tokens, do_sample, temperature, top_k, top_p, num_assistant_tokens"
-        )
-    for key, neutral in _NEUTRAL.items():
-        value = getattr(config, key, neutral)
-        if value is not None and value != neutral and not (key == "min_length" and value == 0):
+def _check_neutral(values: dict) -> None:
+    """Refuse generation options whose effect the engine does not reproduce."""
+    for key, value in values.items():
+        neutral = _NEUTRAL.get(key, value)
+        if value is not None and value != neutral:
             if key in ("num_beams", "num_beam_groups"):
                 fix = "beam search is not supported with an assistant: use num_beams=1"
             elif key == "num_return_sequences":
@@ -68,6 +56,23 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
             else:
                 fix = f"remove {key} or call generate() without an assistant"
             raise ValueError(f"{key}={value!r} is not supported by optimum-uag assisted generation; {fix}")
+
+
+def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict) -> AssistedConfig:
+    """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    explicit = dict(kwargs)
+    _check_neutral(explicit)  # before transformers' own validation, so the message names our fix
+    max_new = explicit.get("max_new_tokens")
+    if max_new is not None and (not isinstance(max_new, int) or max_new < 1):
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
+    unknown = config.update(**kwargs)
+    if unknown:
+        raise TypeError(
+            f"assisted_generate() got unexpected arguments {sorted(unknown)}; pass generation options such as "
+            "max_new_tokens, do_sample, temperature, top_k, top_p, num_assistant_tokens"
+        )
+    _check_neutral({key: getattr(config, key, neutral) for key, neutral in _NEUTRAL.items()})
 
     max_new = config.max_new_tokens
     if max_new is None:
