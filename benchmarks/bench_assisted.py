@@ -9,6 +9,7 @@ generation (batch 1), and optimum-uag (batch 1 and batch N). Ratios, not absolut
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 
@@ -67,7 +68,11 @@ def main():
     def target_only(enc):
         return target.generate(**enc, **gen)
 
+    # transformers' cross-tokenizer sampling (USD) replaces the assistant's LM head in place: give it a copy
+    hf_draft = copy.deepcopy(draft) if (cross and args.do_sample) else draft
+
     def hf_assisted(enc):
+        draft = hf_draft
         draft.generation_config.num_assistant_tokens = args.num_assistant_tokens
         draft.generation_config.num_assistant_tokens_schedule = "constant"
         draft.generation_config.assistant_confidence_threshold = 0.0

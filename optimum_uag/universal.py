@@ -14,7 +14,7 @@ import time
 import torch
 
 from .cache import ModelRunner
-from .engine.draft import TokenSampler
+from .engine.draft import TokenSampler, output_vocab_size
 from .engine.state import DecodingState, Proposal
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
@@ -38,7 +38,7 @@ class UniversalDrafter:
         self.draft_special = self.draft_text.special_ids
         self.refeed_width = max(4, cfg.num_assistant_tokens)
         device = state.tokens.device
-        draft_vocab = assistant_model.get_output_embeddings().weight.shape[0]
+        draft_vocab = output_vocab_size(assistant_model)
         self.tli = None
         inter = vocabulary_intersection(tokenizer, assistant_tokenizer, draft_vocab)  # raises when empty
         if cfg.do_sample:

@@ -9,6 +9,13 @@ from .state import DecodingState, Proposal
 from .verify import LogitsWarper
 
 
+def output_vocab_size(model) -> int:
+    """Rows of the LM head (may exceed the tokenizer: padded embedding matrices), else config.vocab_size."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+
+
 def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Slice or -inf-pad the last dimension to vocab_size (padded embedding matrices differ in size)."""
     extra = vocab_size - logits.shape[-1]

@@ -10,7 +10,7 @@ from transformers.utils import ModelOutput
 
 from ..cache import ModelRunner
 from .config import AssistedConfig, resolve_config, validate_inputs
-from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler
+from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler, output_vocab_size
 from .state import DecodingState, Proposal
 from .verify import LogitsWarper, Verdict, greedy_verify, speculative_sampling
 
@@ -134,7 +134,7 @@ class Schedule:
 
 def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler):
     """Pick the draft (+translate) stage for this model pair."""
-    vocab_size = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else model.config.vocab_size
+    vocab_size = output_vocab_size(model)
     if assistant_model is None:
         if not cfg.prompt_lookup_num_tokens:
             raise ValueError("pass assistant_model=... (a draft model) or prompt_lookup_num_tokens=... (n-gram drafting)")
