@@ -255,3 +255,15 @@ def test_nan_logits_raise(pair):
     ids = tok("def f():", return_tensors="pt").input_ids
     with pytest.raises(FloatingPointError, match="NaN/inf"):
         assisted_generate(broken, None, ids, max_new_tokens=4, prompt_lookup_num_tokens=2)
+
+
+def test_heuristic_schedule_is_capped(pair, prompts):
+    """K grows by 2 while all drafts are accepted, but never past max_assistant_tokens: shapes stay bounded."""
+    target, draft, tok = pair
+    ids, mask = batch(tok, prompts[:1])
+    ref = reference(target, ids, mask, 48, tok)
+    out = assisted_generate(target, draft, ids, mask, max_new_tokens=48, num_assistant_tokens=2,
+                            num_assistant_tokens_schedule="heuristic", max_assistant_tokens=6)
+    assert torch.equal(out.sequences, ref)
+    widths = [w for _, w in out.metrics.target_shapes if w != ids.shape[1] + 2]
+    assert widths and max(widths) <= 7

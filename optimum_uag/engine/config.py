@@ -61,6 +61,8 @@ def _check_neutral(values: dict) -> None:
 def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict) -> AssistedConfig:
     """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    kwargs = dict(kwargs)
+    max_assistant_tokens = kwargs.pop("max_assistant_tokens", 16)  # engine-only: cap of the heuristic schedule
     explicit = dict(kwargs)
     _check_neutral(explicit)  # before transformers' own validation, so the message names our fix
     max_new = explicit.get("max_new_tokens")
@@ -121,7 +123,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         num_assistant_tokens=k,
         schedule=schedule,
         confidence_threshold=threshold,
-        max_assistant_tokens=max(k, int(explicit.get("max_assistant_tokens", 16))),
+        max_assistant_tokens=max(k, int(max_assistant_tokens)),
         eos_token_ids=eos_ids,
         pad_token_id=int(pad),
         prompt_lookup_num_tokens=lookup,
@@ -156,7 +158,6 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
     if (attention_mask[:, 1:] < attention_mask[:, :-1]).any():
         raise ValueError("prompts must be left-padded for generation; set tokenizer.padding_side = 'left'")
     limit = getattr(model.config, "max_position_embeddings", None)
-    needed = input_ids.shape[1] + cfg.max_new_tokens + cfg.max_assistant_tokens + 1
     if limit is not None and input_ids.shape[1] + cfg.max_new_tokens > limit:
         raise ValueError(
             f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the model's "
@@ -169,9 +170,9 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
                 f"move it with assistant_model.to('{device}')"
             )
         alimit = getattr(assistant_model.config, "max_position_embeddings", None)
-        if alimit is not None and needed > alimit + cfg.max_assistant_tokens + 1:
+        if alimit is not None and input_ids.shape[1] + cfg.max_new_tokens > alimit:
             raise ValueError(
-                f"prompt + max_new_tokens ({needed - cfg.max_assistant_tokens - 1}) exceeds the assistant's "
+                f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the assistant's "
                 f"max_position_embeddings={alimit}; use a shorter prompt or lower max_new_tokens"
             )
     return input_ids, attention_mask
