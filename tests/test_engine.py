@@ -76,6 +76,7 @@ def test_metrics_are_consistent(pair, prompts):
     assert 0 <= m.accepted_tokens <= m.draft_tokens
     assert m.tau == pytest.approx(m.generated_tokens / m.row_target_calls)
     assert m.draft_seconds > 0 and m.verify_seconds > 0
+    out.sequences[:, :1].add_(0)  # an ordinary tensor (not an inference-mode one): in-place ops work
 
 
 def test_rows_stop_on_their_own_eos(pair, prompts):
