@@ -14,7 +14,7 @@ import time
 import torch
 
 from .cache import ModelRunner
-from .engine.draft import TokenSampler, output_vocab_size
+from .engine.draft import TokenSampler, draft_loop, output_vocab_size
 from .engine.state import DecodingState, Proposal
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
@@ -106,21 +106,8 @@ class UniversalDrafter:
     def propose(self, state: DecodingState, k: int) -> Proposal:
         logits = self._catch_up()
         base = torch.tensor(self.length, device=self.tokens.device)
-        drafted, dists = [], []
-        for i in range(k):
-            if self.tli is not None:
-                token, dist = self._sample_in_intersection(logits)
-                conf = dist.max(-1).values if self.threshold is not None else None
-            else:
-                token, dist, conf = self.sampler(logits)
-            drafted.append(token)
-            dists.append(dist)
-            if i + 1 == k:
-                break
-            if self.threshold is not None and bool(((conf < self.threshold) | state.done).all()):
-                break
-            logits = self.runner.forward(token[:, None], base + i, logits_to_keep=1)[:, -1]
-        drafted = torch.stack(drafted, 1)
+        pick = self._sample_in_intersection if self.tli is not None else self.sampler
+        drafted, dists = draft_loop(self.runner, logits, k, pick, base, self.threshold, state.done)
         self.tokens.scatter_(1, base[:, None] + torch.arange(drafted.shape[1], device=base.device), drafted)
         self.processed = [ln + drafted.shape[1] - 1 for ln in self.length]
         t0 = time.perf_counter()
@@ -134,7 +121,8 @@ class UniversalDrafter:
         mass = probs.sum(-1, keepdim=True)
         probs = torch.where(mass > 0, probs / mass.clamp_min(1e-30), torch.full_like(probs, 1.0 / probs.shape[-1]))
         pick = torch.multinomial(probs, 1).squeeze(-1)
-        return self.tli.draft_ids[pick], probs
+        conf = probs.gather(-1, pick[:, None]).squeeze(-1) if self.threshold is not None else None
+        return self.tli.draft_ids[pick], probs, conf
 
     # -------------------------------------------------------------------------------------- translate
     def _translate_tli(self, drafted: torch.Tensor, dists: list) -> Proposal:

@@ -45,6 +45,25 @@ class TokenSampler:
         return token, probs, conf
 
 
+def draft_loop(runner: ModelRunner, logits: torch.Tensor, k: int, pick, positions: torch.Tensor,
+               threshold: float | None, done: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """Draft up to k tokens autoregressively from the first next-token logits (B, V).
+
+    pick(logits) -> (token, distribution or None, confidence or None); positions: (B,) slot of the first new
+    token. Stops early when every active row's confidence is below `threshold` (the "confidence" schedule)."""
+    tokens, dists = [], []
+    for i in range(k):
+        token, dist, conf = pick(logits)
+        tokens.append(token)
+        dists.append(dist)
+        if i + 1 == k:
+            break
+        if threshold is not None and bool(((conf < threshold) | done).all()):
+            break
+        logits = runner.forward(token[:, None], positions + i, logits_to_keep=1)[:, -1]
+    return torch.stack(tokens, 1), dists
+
+
 class ModelDrafter:
     """Draft with an assistant model that shares the target's tokenizer (classic assisted generation).
 
@@ -65,18 +84,10 @@ class ModelDrafter:
         else:
             start, width = state.length - 2, 2
         logits = self.runner.forward(state.window(start, width), start, logits_to_keep=1)[:, -1]
-        tokens, dists = [], []
-        for i in range(k):
-            token, dist, conf = self.sampler(fit_vocab(logits, self.vocab_size))
-            tokens.append(token)
-            dists.append(dist)
-            if i + 1 == k:
-                break
-            if self.threshold is not None and bool(((conf < self.threshold) | state.done).all()):
-                break
-            logits = self.runner.forward(token[:, None], state.length + i, logits_to_keep=1)[:, -1]
+        tokens, dists = draft_loop(self.runner, logits, k, lambda x: self.sampler(fit_vocab(x, self.vocab_size)),
+                                   state.length, self.threshold, state.done)
         probs = torch.stack(dists, 1) if dists[0] is not None else None
-        return Proposal(tokens=torch.stack(tokens, 1), probs=probs)
+        return Proposal(tokens=tokens, probs=probs)
 
     @property
     def shapes(self):
