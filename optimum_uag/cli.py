@@ -8,9 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-GAUDI_FLAGS = ("use_hpu_graphs", "reuse_cache", "bucket_size", "static_shapes_hpu")
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="optimum-uag generate",
@@ -131,7 +128,7 @@ def timed(fn, sync):
     return out, time.perf_counter() - t0
 
 
-def count_new(sequences, prompt_len: int, eos_ids, pad_id) -> int:
+def count_new(sequences, prompt_len: int, eos_ids) -> int:
     """Tokens actually generated: up to and including each row's EOS (not batch * max_new_tokens)."""
     new = sequences[:, prompt_len:].tolist()
     total = 0
@@ -235,7 +232,7 @@ def run_generate(argv=None) -> dict:
             out, seconds = timed(lambda: fn(enc), sync)
             seqs = out.sequences if hasattr(out, "sequences") else out
             results[name]["seconds"] += seconds
-            results[name]["tokens"] += count_new(seqs, prompt_len, eos_ids, tokenizer.pad_token_id)
+            results[name]["tokens"] += count_new(seqs, prompt_len, eos_ids)
             last[name] = seqs
             if name == "optimum_uag":
                 m = out.metrics
@@ -277,9 +274,7 @@ def run_generate(argv=None) -> dict:
             graph_captures={"target": len(m.target_shapes), "assistant": len(m.draft_shapes)},
         )
         if not args.do_sample:
-            import torch as _t
-
-            report["outputs_match_target"] = bool(_t.equal(last["optimum_uag"], last["target_only"]))
+            report["outputs_match_target"] = bool(torch.equal(last["optimum_uag"], last["target_only"]))
     report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in last[main_name].tolist()]
     report["sample_text"] = tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
     return report

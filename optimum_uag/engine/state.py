@@ -13,7 +13,6 @@ class Proposal:
     tokens: torch.Tensor  # (B, k) target-vocabulary ids
     probs: torch.Tensor | None = None  # (B, k, V_target) draft distribution per candidate (sampling only)
     valid: torch.Tensor | None = None  # (B, k) bool, False where a row has no real candidate
-    draft_confidence: torch.Tensor | None = None  # (B, k) draft top probability (informational)
 
 
 @dataclass
