@@ -49,8 +49,10 @@ class UniversalDrafter:
                 self.tli = inter.to(device)
 
         # Draft prompt: the target prompt's text in the assistant's tokens (its own BOS), left-padded.
-        texts = self.target_text.decode_many([row[p:] for row, p in zip(
-            state.tokens[:, : state.prompt_len].tolist(), state.pad.tolist())])
+        # Host mirrors of the committed tokens (slot-indexed), so that a round never reads more than a window.
+        self.target_host = state.tokens[:, : state.prompt_len].tolist()
+        self.target_pad = state.pad.tolist()
+        texts = self.target_text.decode_many([row[p:] for row, p in zip(self.target_host, self.target_pad)])
         enc = assistant_tokenizer(texts, add_special_tokens=True)["input_ids"]
         for text, ids in zip(texts, enc):
             if self.draft_text.decode(ids) != text:
@@ -61,19 +63,15 @@ class UniversalDrafter:
         pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else 0
         self.prompt_len = longest
         self.draft_pad = [longest - len(e) for e in enc]
-        self.target_pad = state.pad.tolist()
         dcap = longest + 4 * (cfg.max_new_tokens + cfg.max_assistant_tokens) + self.refeed_width + 8
+        self.host = [[pad_id] * pad + list(e) for pad, e in zip(self.draft_pad, enc)]
         self.tokens = torch.full((state.batch_size, dcap), pad_id, dtype=torch.long, device=device)
-        for b, e in enumerate(enc):
-            self.tokens[b, longest - len(e) : longest] = torch.tensor(e, device=device)
-        self.pad = torch.tensor([longest - len(e) for e in enc], device=device)
-        # Host mirrors of the committed tokens (slot-indexed), so that a round never reads more than a window.
-        self.host = [[pad_id] * (longest - len(e)) + list(e) for e in enc]  # draft
-        self.target_host = state.tokens[:, : state.prompt_len].tolist()  # target
+        self.tokens[:, :longest] = torch.tensor(self.host, device=device)
         self.length = [longest] * state.batch_size  # committed draft tokens (their text == target text[:synced])
         self.processed = [0] * state.batch_size  # draft tokens whose KV entries are valid
         self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
         self.capacity = dcap
+        self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
         self.runner = ModelRunner(assistant_model, state.batch_size, dcap, self.pad)
         self._round = None  # what propose() leaves for commit()
 
@@ -149,6 +147,10 @@ class UniversalDrafter:
             out.append(cum)
         return out
 
+    def _first_special(self, row: list[int]) -> int:
+        """Index of the first special draft token (EOS, BOS, ...) in a drafted row, or its length."""
+        return next((i for i, t in enumerate(row) if t in self.draft_special), len(row))
+
     def _translate_text(self, state: DecodingState, drafted: torch.Tensor, width: int) -> Proposal:
         """Greedy UAG: draft tokens -> text -> target tokens continuing the committed target tokens."""
         rows = drafted.tolist()
@@ -157,7 +159,7 @@ class UniversalDrafter:
         new_texts, eos_hits = [], []
         for b, row in enumerate(rows):
             # Stop at the first special draft token; a draft EOS becomes a target EOS candidate.
-            stop = next((i for i, t in enumerate(row) if t in self.draft_special), len(row))
+            stop = self._first_special(row)
             eos_hits.append(stop < len(row) and row[stop] == self.draft_eos and bool(self.target_eos))
             # Hold back draft tokens that end inside a UTF-8 character (their text decodes to U+FFFD).
             clean = next(i for i in range(stop, -1, -1) if not texts[b][i].endswith(REPLACEMENT))
@@ -230,7 +232,7 @@ class UniversalDrafter:
         for b, row in enumerate(rows):
             # Longest run of drafted tokens (before any special one) whose text is a prefix of the new text:
             # their KV entries stay, the rest of the draft cache is rewound.
-            stop = next((i for i, t in enumerate(row) if t in self.draft_special), len(row))
+            stop = self._first_special(row)
             keep = next((i for i in range(stop, 0, -1) if texts[b][i] and news[b].startswith(texts[b][i])), 0)
             base = self.length[b] + keep
             remainders.append(news[b][len(texts[b][keep]) if keep else 0 :])
@@ -243,8 +245,8 @@ class UniversalDrafter:
             back = 0
             while cont is None:  # the last kept draft token merges with the remainder: re-encode it as well
                 back += 1
-                if back > WINDOW or base - back <= int(self.pad[b]):
-                    base, cont = base - back + 1, self.draft_text.encode_alone(remainders[b])
+                if back > WINDOW or base - back <= self.draft_pad[b]:  # keep every token, encode the rest alone
+                    cont = self.draft_text.encode_alone(remainders[b])
                     break
                 text = self._text_after(b, base - back, bases[b]) + remainders[b]
                 cont = self.draft_text.continuations([self._draft_window(b, base - back)], [text])[0]
