@@ -26,7 +26,8 @@ class UniversalDrafter:
     """Draft stage for an assistant whose tokenizer differs from the target's (UAG)."""
 
     def __init__(self, assistant_model, tokenizer, assistant_tokenizer, state: DecodingState, capacity: int,
-                 vocab_size: int, sampler: TokenSampler, confidence_threshold: float | None, cfg):
+                 vocab_size: int, sampler: TokenSampler, confidence_threshold: float | None, cfg,
+                 runner_factory=ModelRunner):
         self.target_text = TextBridge(tokenizer)
         self.draft_text = TextBridge(assistant_tokenizer)
         self.vocab_size = vocab_size
@@ -72,7 +73,7 @@ class UniversalDrafter:
         self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
         self.capacity = dcap
         self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
-        self.runner = ModelRunner(assistant_model, state.batch_size, dcap, self.pad)
+        self.runner = runner_factory(assistant_model, state.batch_size, dcap, self.pad)
         self._round = None  # what propose() leaves for commit()
 
     @property

@@ -72,8 +72,8 @@ class ModelDrafter:
     """
 
     def __init__(self, assistant_model, state: DecodingState, capacity: int, vocab_size: int, sampler: TokenSampler,
-                 confidence_threshold: float | None):
-        self.runner = ModelRunner(assistant_model, state.batch_size, capacity, state.pad)
+                 confidence_threshold: float | None, runner_factory=ModelRunner):
+        self.runner = runner_factory(assistant_model, state.batch_size, capacity, state.pad)
         self.vocab_size = vocab_size
         self.sampler = sampler
         self.threshold = confidence_threshold

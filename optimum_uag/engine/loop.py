@@ -1,6 +1,7 @@
 """The assisted decoding loop: draft -> translate -> verify -> commit, on static-shape caches."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -9,6 +10,7 @@ from transformers import GenerationConfig
 from transformers.utils import ModelOutput
 
 from ..cache import ModelRunner
+from ..gaudi.options import pop_gaudi_options
 from .config import AssistedConfig, resolve_config, validate_inputs
 from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler, output_vocab_size
 from .state import DecodingState, Proposal
@@ -132,7 +134,34 @@ class Schedule:
             self.k = min(self.max_k, self.k + 2) if all_accepted else max(1, self.k - 1)
 
 
-def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler):
+def gaudi_runner(model, batch_size, capacity, pad, options):
+    """A GaudiModelRunner (token_idx static cache) where the model has one, else the StaticCache runner."""
+    from ..gaudi.runner import GaudiModelRunner, cache_mechanism
+
+    if cache_mechanism(model) is None:
+        return ModelRunner(model, batch_size, capacity, pad)
+    return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
+                            hpu_graphs=options.hpu_graphs)
+
+
+def pad_proposal(proposal: Proposal, width: int) -> Proposal:
+    """Pad a proposal to `width` candidates, the extra ones invalid (static verify shape)."""
+    tokens = proposal.tokens
+    batch, k = tokens.shape
+    valid = proposal.valid if proposal.valid is not None else torch.ones_like(tokens, dtype=torch.bool)
+    if k >= width:
+        return Proposal(tokens=tokens, probs=proposal.probs, valid=valid)
+    extra = width - k
+    tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, extra)], 1)
+    valid = torch.cat([valid, valid.new_zeros(batch, extra)], 1)
+    probs = proposal.probs
+    if probs is not None:
+        probs = torch.cat([probs, probs[:, -1:].expand(-1, extra, -1)], 1)
+    return Proposal(tokens=tokens, probs=probs, valid=valid)
+
+
+def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
+                  runner_factory=ModelRunner):
     """Pick the draft (+translate) stage for this model pair."""
     vocab_size = output_vocab_size(model)
     if assistant_model is None:
@@ -156,13 +185,14 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                 f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= to use Universal Assisted "
                 "Generation across tokenizers"
             )
-        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold)
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory)
     if same_vocabulary(tokenizer, assistant_tokenizer):
-        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold)
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory)
     from ..universal import UniversalDrafter
 
     return UniversalDrafter(
-        assistant_model, tokenizer, assistant_tokenizer, state, capacity, vocab_size, sampler, threshold, cfg
+        assistant_model, tokenizer, assistant_tokenizer, state, capacity, vocab_size, sampler, threshold, cfg,
+        runner_factory,
     )
 
 
@@ -193,7 +223,11 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         input_ids = kwargs.pop("inputs", None)
     if input_ids is None:
         raise ValueError("input_ids is required (a (batch, length) tensor of the target tokenizer's ids)")
+    kwargs = dict(kwargs)
+    gaudi = pop_gaudi_options(model, kwargs, generation_config)
     cfg = resolve_config(model, assistant_model, generation_config, kwargs)
+    if gaudi is not None and gaudi.ignore_eos:
+        cfg.eos_token_ids = ()
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
     if streamer is not None and input_ids.shape[0] > 1:
         raise ValueError("streamer supports batch size 1 only (as in transformers); drop streamer= for batches")
@@ -202,8 +236,13 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     state = DecodingState.create(input_ids, pad, capacity, cfg.pad_token_id, cfg.max_new_tokens)
     warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
     sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
-    drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler)
-    verifier = Verifier(ModelRunner(model, state.batch_size, capacity, pad), warper)
+    runner_factory = ModelRunner if gaudi is None else functools.partial(gaudi_runner, options=gaudi)
+    drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
+                            runner_factory)
+    verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper)
+    # static shapes (Gaudi): every round verifies the same number of candidates, padded as invalid
+    static_k = None if gaudi is None else (cfg.num_assistant_tokens if cfg.schedule == "constant"
+                                           else cfg.max_assistant_tokens)
     eos_ids = torch.tensor(cfg.eos_token_ids, device=input_ids.device) if cfg.eos_token_ids else None
     schedule, metrics = Schedule(cfg), Metrics()
     if streamer is not None:
@@ -212,6 +251,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     while True:
         t0 = time.perf_counter()
         proposal = drafter.propose(state, schedule.k)
+        if static_k is not None:
+            proposal = pad_proposal(proposal, static_k)
         t1 = time.perf_counter()
         verdict, finite = verifier(state, proposal)
         t2 = time.perf_counter()
@@ -221,7 +262,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         if hasattr(drafter, "commit"):  # translate the new target tokens back for the draft (UAG)
             drafter.commit(state, n_new)
         t4 = time.perf_counter()
-        k = proposal.tokens.shape[1]
+        k = proposal.tokens.shape[1] if proposal.valid is None else proposal.valid.sum(1)  # drafted per row
         accepted = torch.minimum(verdict.accepted, n_new)
         stats = torch.stack([
             state.done.all().long(), finite.long(), ((verdict.accepted == k) | ~active).all().long(),

@@ -1,0 +1,36 @@
+"""Gaudi (Optimum Habana) integration: static token_idx caches, HPU graphs, lazy mode, FP8 quantization."""
+from __future__ import annotations
+
+from .options import GaudiOptions, pop_gaudi_options
+from .runner import GaudiModelRunner, cache_mechanism
+
+
+def adapt() -> None:
+    """Run optimum-habana's adapt_transformers_to_gaudi() once (Gaudi model classes, GaudiGenerationMixin)."""
+    import transformers
+
+    from optimum.habana.transformers.generation import GaudiGenerationMixin
+    from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+
+    from .. import patch
+
+    generate = transformers.generation.GenerationMixin.generate
+    original = patch._ORIGINAL["generate"]
+    if generate is GaudiGenerationMixin.generate or original is GaudiGenerationMixin.generate:
+        return
+    was_enabled = patch.is_enabled()
+    patch.disable()
+    adapt_transformers_to_gaudi()
+    if was_enabled:
+        patch.enable()
+
+
+def enable() -> None:
+    """adapt_transformers_to_gaudi() (if not done yet), then route generate(assistant_model=...) to optimum-uag."""
+    from .. import patch
+
+    adapt()
+    patch.enable()
+
+
+__all__ = ["GaudiModelRunner", "GaudiOptions", "adapt", "cache_mechanism", "enable", "pop_gaudi_options"]

@@ -1,0 +1,36 @@
+"""The one place that touches habana_frameworks: mark_step, HPU graphs, device queries (imported lazily)."""
+from __future__ import annotations
+
+import importlib
+
+
+def available() -> bool:
+    """True when habana_frameworks imports (a Gaudi machine, or the HPU emulator in tests)."""
+    try:
+        importlib.import_module("habana_frameworks.torch.core")
+        return True
+    except ImportError:
+        return False
+
+
+def mark_step() -> None:
+    """End the current lazy-mode graph (habana_frameworks.torch.core.mark_step)."""
+    importlib.import_module("habana_frameworks.torch.core").mark_step()
+
+
+def graph_wrapped(model):
+    """`model` with its forward captured in HPU graphs (one capture per input shape); wrapped once."""
+    if getattr(model, "_optimum_uag_hpu_graph", False):
+        return model
+    hpu = importlib.import_module("habana_frameworks.torch.hpu")
+    wrapped = hpu.wrap_in_hpu_graph(model)
+    wrapped._optimum_uag_hpu_graph = True
+    return wrapped
+
+
+def is_gaudi_model(model) -> bool:
+    """True for optimum-habana's Gaudi model classes (after adapt_transformers_to_gaudi) or a model on HPU."""
+    if type(model).__module__.startswith("optimum.habana"):
+        return True
+    device = getattr(model, "device", None)
+    return getattr(device, "type", None) == "hpu"

@@ -1,0 +1,51 @@
+"""optimum-habana's generate() knobs (kwargs and GaudiGenerationConfig fields), read once per call."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# generate() keyword arguments of GaudiGenerationMixin that are not generation options.
+_CALL_KWARGS = ("lazy_mode", "hpu_graphs", "iteration_times", "profiling_warmup_steps", "profiling_steps",
+                "profiling_record_shapes", "profiling_activities")
+# GaudiGenerationConfig fields; they describe how the target runs, not what it generates.
+_CONFIG_FIELDS = ("static_shapes", "reuse_cache", "bucket_size", "bucket_internal", "ignore_eos", "trim_logits",
+                  "attn_softmax_bf16", "limit_hpu_graphs", "clear_hpu_graphs_cache", "use_flash_attention",
+                  "flash_attention_recompute", "flash_attention_causal_mask", "flash_attention_fast_softmax",
+                  "reduce_recompile", "use_fused_rope", "use_fused_rms_norm", "valid_sequence_lengths",
+                  "kv_cache_fp8", "use_flex_attention")
+
+
+@dataclass
+class GaudiOptions:
+    """How the models run on Gaudi. Caches are always static (token_idx); these say what else applies."""
+
+    lazy_mode: bool = True
+    hpu_graphs: bool = False
+    ignore_eos: bool = False
+
+
+def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptions | None:
+    """Remove optimum-habana's knobs from kwargs; return GaudiOptions for a Gaudi model, else None.
+
+    Refuses knobs that would make a Gaudi-only promise on a model that does not run on Gaudi."""
+    from .device import is_gaudi_model
+
+    call = {key: kwargs.pop(key) for key in _CALL_KWARGS if key in kwargs}
+    fields = {key: kwargs.pop(key) for key in _CONFIG_FIELDS if key in kwargs}
+    for source in (generation_config, getattr(model, "generation_config", None)):
+        for key in _CONFIG_FIELDS:
+            if key not in fields and getattr(source, key, None) is not None:
+                fields[key] = getattr(source, key)
+    gaudi = is_gaudi_model(model)
+    if not gaudi:
+        wanted = [key for key in ("lazy_mode", "hpu_graphs") if call.get(key)]
+        if wanted:
+            raise ValueError(
+                f"{', '.join(wanted)}=True needs an optimum-habana Gaudi model (call optimum_uag.gaudi.enable() "
+                "before loading the model; on a machine without Gaudi use optimum_uag.testing.hpu_emulator)"
+            )
+        return None
+    return GaudiOptions(
+        lazy_mode=bool(call.get("lazy_mode", True)),
+        hpu_graphs=bool(call.get("hpu_graphs", False)),
+        ignore_eos=bool(fields.get("ignore_eos", False)),
+    )

@@ -1,0 +1,170 @@
+"""Static-shape model runner for optimum-habana's Gaudi models: preallocated KV cache addressed by token_idx."""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from . import device as hpu
+
+
+def cache_mechanism(model) -> str | None:
+    """How a model can keep a static KV cache on Gaudi: "reuse_cache", "token_idx", or None (plain model)."""
+    if hasattr(model, "allocate_kv_cache") and _accepts(model, "reuse_cache"):
+        return "reuse_cache"
+    if _accepts(model, "token_idx"):
+        return "token_idx"
+    return None
+
+
+def _accepts(model, name: str) -> bool:
+    forward = getattr(model, "_uag_original_forward", None) or type(model).forward
+    try:
+        return name in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
+    """optimum-habana's per-layer KVCache modules (k_cache, v_cache), in layer order."""
+    pairs = []
+    for module in model.modules():
+        k, v = getattr(module, "k_cache", None), getattr(module, "v_cache", None)
+        if k is not None and v is not None and hasattr(k, "get_shape") and hasattr(k, "cache"):
+            pairs.append((k, v))
+    return pairs
+
+
+class GaudiModelRunner:
+    """Runs a Gaudi model over a static KV cache of fixed shape; rows share one write column (token_idx).
+
+    Same interface as `optimum_uag.cache.ModelRunner`: `forward(tokens, start, logits_to_keep)` writes
+    `tokens` at logical slots start..start+L-1 of each row. Physically, every call appends its block at the
+    shared column `token_idx` (one index_copy_ for the whole batch, as optimum-habana does), and a per-row
+    map `slot_of` records which logical slot each column holds. Rollback is free: a later call with a smaller
+    `start` simply hides the columns holding slots >= start (they are masked, never moved). Rows accept
+    different numbers of tokens per round, so columns run out faster than slots; when the write column would
+    pass the end, one fixed-shape gather per layer moves each row's live entries to the front (compaction).
+    The physical cache has twice the logical capacity, so compactions are rare (about one per generate call).
+
+    Mechanisms:
+    - "reuse_cache": models with `allocate_kv_cache` (Llama, Mistral, Qwen2, ...): the model's own KVCache
+      modules, `reuse_cache=True`, a 4D mask; any block width in one call.
+    - "token_idx": models that write a caller-allocated tuple cache with `index_copy_(token_idx)` (GPT-NeoX,
+      ...): their mask code is causal only without a past, so the prefill runs without a past and is copied
+      into the cache, and later blocks run one token at a time (one decode graph).
+    """
+
+    def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor, *, lazy_mode: bool = True,
+                 hpu_graphs: bool = False, columns: int | None = None):
+        self.mechanism = cache_mechanism(model)
+        if self.mechanism is None:
+            raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.cache.ModelRunner")
+        self.model = model
+        self.device = model.device
+        self.batch_size = batch_size
+        self.max_len = max_len
+        # twice the logical capacity, in buckets of 128 so nearby max_new_tokens reuse the same graphs
+        self.columns = columns or -(-2 * max_len // 128) * 128
+        self.pad = pad_lengths.to(self.device)
+        self.lazy_mode = lazy_mode
+        self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
+        self.write = 0  # host-side: next free column (never read back from the device)
+        self.shapes: set[tuple[int, int]] = set()
+        self.calls = 0
+        self.compactions = 0
+        self.dtype = model.dtype
+        self._allocate()
+        self.call = hpu.graph_wrapped(model) if hpu_graphs else model
+
+    def _allocate(self) -> None:
+        config = self.model.config
+        if self.mechanism == "reuse_cache":
+            self.model.allocate_kv_cache(self.batch_size, self.columns, -1)  # -1: write only through token_idx
+            self.caches = _kv_caches(self.model)
+            self.past = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
+            return
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        shape = (self.batch_size, kv_heads, self.columns, head_dim)
+        self.past = tuple(
+            (torch.zeros(shape, dtype=self.dtype, device=self.device), torch.zeros(shape, dtype=self.dtype, device=self.device))
+            for _ in range(config.num_hidden_layers)
+        )
+
+    def _tensors(self) -> list[torch.Tensor]:
+        if self.mechanism == "reuse_cache":
+            return [c.cache for pair in self.caches for c in pair]
+        return [t for pair in self.past for t in pair]
+
+    def _compact(self) -> None:
+        """Move each row's live entries (slots >= 0) to the front, in slot order: one gather per cache tensor."""
+        key = torch.where(self.slot_of >= 0, self.slot_of, self.columns + self.max_len)
+        order = key.argsort(dim=1, stable=True)
+        self.slot_of = self.slot_of.gather(1, order)
+        for tensor in self._tensors():
+            index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[-1])
+            tensor.copy_(tensor.gather(2, index))
+        self.write = self.max_len  # live slots are < max_len, so columns max_len.. are free
+        self.compactions += 1
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32)."""
+        batch, length = tokens.shape
+        if self.mechanism == "token_idx" and length > 1 and self.write > 0:
+            # token_idx models take one token at a time once the cache holds something (see class doc)
+            keep = length if logits_to_keep in (0, None) else logits_to_keep
+            outs = [self.forward(tokens[:, i : i + 1], start + i, 1) for i in range(length)]
+            return torch.cat(outs[length - keep:], dim=1)
+        if self.write + length > self.columns:
+            self._compact()
+        self.shapes.add((batch, length))
+        self.calls += 1
+        offsets = torch.arange(length, device=self.device)
+        slots = start[:, None] + offsets  # (B, L) logical slots of the block
+        columns = self.write + offsets  # shared physical columns of the block
+        self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
+        self.slot_of[:, self.write : self.write + length] = slots
+        position_ids = (slots - self.pad[:, None]).clamp_min(0)
+        if self.mechanism == "reuse_cache":
+            logits = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep)
+        else:
+            logits = self._forward_token_idx(tokens, slots, position_ids, columns, logits_to_keep)
+        self.write += length
+        if self.lazy_mode:
+            hpu.mark_step()
+        return logits.float()
+
+    def _visible(self, slots: torch.Tensor) -> torch.Tensor:
+        """(B, L, columns): column j is visible to query i iff pad <= slot_of[j] <= slot of query i."""
+        held = self.slot_of[:, None, :]
+        return (held >= self.pad[:, None, None]) & (held <= slots[:, :, None])
+
+    def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep):
+        batch, length = tokens.shape
+        mask = torch.zeros(batch, 1, length, self.columns + length, dtype=self.dtype, device=self.device)
+        mask[..., : self.columns] = self._visible(slots)[:, None].to(self.dtype)  # 1 = attend (optimum-habana inverts)
+        out = self.call(
+            input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
+            token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
+            logits_to_keep=logits_to_keep or 0,
+        )
+        return out.logits
+
+    def _forward_token_idx(self, tokens, slots, position_ids, columns, logits_to_keep):
+        batch, length = tokens.shape
+        if length > 1:  # the prefill: plain causal attention without a past, then copied into the cache
+            mask = (slots >= self.pad[:, None]).long()
+            out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True)
+            for (k, v), (new_k, new_v) in zip(self.past, out.past_key_values):
+                k[:, :, self.write : self.write + length].copy_(new_k)
+                v[:, :, self.write : self.write + length].copy_(new_v)
+            logits = out.logits
+            return logits[:, -logits_to_keep:] if logits_to_keep else logits
+        mask = torch.zeros(batch, self.columns + 1, dtype=torch.long, device=self.device)
+        mask[:, : self.columns] = self._visible(slots)[:, 0].long()
+        out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
+                        token_idx=columns + 1, use_cache=True)
+        return out.logits
