@@ -11,6 +11,12 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long tests (still run in CI)")
+    config.addinivalue_line("markers", "gaudi: runs optimum-habana's Gaudi classes under the HPU emulator (last)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Gaudi tests last: adapt_transformers_to_gaudi() patches transformers for the rest of the process."""
+    items.sort(key=lambda item: item.get_closest_marker("gaudi") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,8 @@ class Metrics:
     bookkeeping_seconds: float = 0.0
     target_shapes: list = field(default_factory=list)
     draft_shapes: list = field(default_factory=list)
+    target_forwards: int = 0  # model invocations (a Gaudi token_idx draft may split a block into single tokens)
+    draft_forwards: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -295,4 +297,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     metrics.draft_seconds -= propose_translate
     metrics.target_shapes = sorted(verifier.runner.shapes)
     metrics.draft_shapes = sorted(drafter.shapes)
+    metrics.target_forwards = verifier.runner.calls
+    runner = getattr(drafter, "runner", None)
+    metrics.draft_forwards = runner.calls if runner is not None else 0
     return AssistedGenerateOutput(sequences=state.sequences(), metrics=metrics)

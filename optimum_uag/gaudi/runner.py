@@ -66,6 +66,8 @@ class GaudiModelRunner:
         self.max_len = max_len
         # twice the logical capacity, in buckets of 128 so nearby max_new_tokens reuse the same graphs
         self.columns = columns or -(-2 * max_len // 128) * 128
+        if self.columns <= max_len:
+            raise ValueError(f"columns ({self.columns}) must exceed max_len ({max_len}): compaction needs free columns")
         self.pad = pad_lengths.to(self.device)
         self.lazy_mode = lazy_mode
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
@@ -82,7 +84,7 @@ class GaudiModelRunner:
         if self.mechanism == "reuse_cache":
             self.model.allocate_kv_cache(self.batch_size, self.columns, -1)  # -1: write only through token_idx
             self.caches = _kv_caches(self.model)
-            self.past = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
+            self.cache_shapes = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
             return
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -120,6 +122,8 @@ class GaudiModelRunner:
             return torch.cat(outs[length - keep:], dim=1)
         if self.write + length > self.columns:
             self._compact()
+            if self.write + length > self.columns:
+                raise ValueError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
@@ -144,10 +148,13 @@ class GaudiModelRunner:
 
     def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep):
         batch, length = tokens.shape
-        mask = torch.zeros(batch, 1, length, self.columns + length, dtype=self.dtype, device=self.device)
-        mask[..., : self.columns] = self._visible(slots)[:, None].to(self.dtype)  # 1 = attend (optimum-habana inverts)
+        # optimum-habana reads "past length" from the cache shapes and expects a mask of past + length columns;
+        # the mask must span exactly the cache (grouped-query attention does not slice it), so the shapes we
+        # pass say columns - length. Only that length is read from them; the KVCache modules hold the tensors.
+        past = [tuple(torch.Size((*s[:2], self.columns - length, s[3])) for s in pair) for pair in self.cache_shapes]
+        mask = self._visible(slots)[:, None].to(self.dtype)  # (B, 1, L, columns); 1 = attend (optimum-habana inverts)
         out = self.call(
-            input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
+            input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
             logits_to_keep=logits_to_keep or 0,
         )

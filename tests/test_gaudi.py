@@ -1,0 +1,244 @@
+"""The Gaudi path under the HPU emulator: optimum-habana's own Gaudi model classes, run on CPU.
+
+adapt_transformers_to_gaudi() patches transformers for the rest of the process, so these tests run last
+(conftest orders them) and every plain-transformers reference is computed before the emulator starts.
+"""
+import importlib
+
+import pytest
+import torch
+from transformers import AutoConfig
+
+import optimum_uag
+from optimum_uag import assisted_generate
+from optimum_uag.engine.verify import LogitsWarper
+from optimum_uag.testing.hpu_emulator import HPUEmulator, FusedRMSNorm, FusedSDPA, RotaryPosEmbeddingHelperV2
+
+from helpers import pad_batch, tiny_llama, tiny_neox
+from test_engine import _chi2, _joint_first_two
+from test_translation import small_pair
+
+pytestmark = pytest.mark.gaudi
+GAUDI = dict(lazy_mode=True, hpu_graphs=True, static_shapes=True, reuse_cache=True)
+N_SAMPLES = 6000
+
+
+def _sharp(model, head, scale):
+    with torch.no_grad():
+        getattr(model, head).weight.mul_(scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def plain(embedded, prompts):
+    """Everything computed with plain transformers, before optimum-habana patches the process."""
+    (target, tok), (_, atok) = embedded["target"], embedded["assistant"]
+    ids4, mask4 = pad_batch(tok, prompts[:4])
+    ids1, mask1 = pad_batch(tok, prompts[4:5])
+    with torch.no_grad():
+        ref = {
+            "ids4": ids4, "mask4": mask4, "ids1": ids1, "mask1": mask1,
+            "greedy4": target.generate(ids4, attention_mask=mask4, max_new_tokens=24, do_sample=False),
+            "greedy1": target.generate(ids1, attention_mask=mask1, max_new_tokens=24, do_sample=False),
+            "logits": target(ids4, attention_mask=mask4).logits,
+        }
+    tt, dt = small_pair()
+    tiny = {
+        "same": (_sharp(tiny_llama(8, 0, layers=1, hidden=16), "lm_head", 4.0),
+                 _sharp(tiny_llama(8, 1, layers=1, hidden=16), "lm_head", 1.0)),
+        "cross": (_sharp(tiny_llama(len(tt), 0, layers=1, hidden=16), "lm_head", 4.0),
+                  # hidden 32: optimum-habana's GPT-NeoX mishandles an odd rotary width (head 4 x rotary_pct 0.25)
+                  _sharp(tiny_neox(len(dt), 1, hidden=32), "embed_out", 1.0)),
+    }
+    prompt = torch.tensor([[1, 2, 3]])
+    ref["expected"] = {name: _joint_first_two(t, prompt, LogitsWarper()) for name, (t, _) in tiny.items()}
+    ref["tiny"] = {name: tuple((m.config, m.state_dict()) for m in pair) for name, pair in tiny.items()}
+    ref["tokenizers"] = (tok, atok, tt, dt)
+    return ref
+
+
+@pytest.fixture(scope="module")
+def emu(plain):
+    with HPUEmulator() as emulator:
+        import optimum_uag.gaudi
+
+        optimum_uag.gaudi.enable()
+        yield emulator
+    optimum_uag.disable()
+
+
+@pytest.fixture(scope="module")
+def gaudi_models(emu, embedded):
+    """The embedded family loaded again, now as optimum-habana's Gaudi classes."""
+    from optimum_uag import embedded_models
+
+    paths = embedded_models()
+    models = {}
+    for name in ("target", "assistant", "assistant_same_tokenizer"):
+        config = AutoConfig.from_pretrained(paths[name])
+        models[name] = _gaudi_class(config).from_pretrained(paths[name], torch_dtype=torch.float32).eval()
+    for name, model in models.items():
+        emu.name(model, name)
+    return models
+
+
+def _gaudi_class(config):
+    """The class adapt_transformers_to_gaudi() put in transformers' module (AutoModel may have cached the plain one)."""
+    module = importlib.import_module(f"transformers.models.{config.model_type}.modeling_{config.model_type}")
+    return getattr(module, config.architectures[0] if config.architectures else {
+        "llama": "LlamaForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}[config.model_type])
+
+
+def _gaudi_copy(config, state):
+    model = _gaudi_class(config)(config)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def test_models_are_gaudi_classes(gaudi_models):
+    assert type(gaudi_models["target"]).__name__ == "GaudiLlamaForCausalLM"
+    assert type(gaudi_models["assistant"]).__name__ == "GaudiGPTNeoXForCausalLM"
+    from optimum_uag.gaudi import cache_mechanism
+
+    assert cache_mechanism(gaudi_models["target"]) == "reuse_cache"
+    assert cache_mechanism(gaudi_models["assistant"]) == "token_idx"
+
+
+# ------------------------------------------------------------------------------------------------- kernels
+def test_emulated_kernels_match_reference_math():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    mask = torch.zeros(2, 1, 5, 7)
+    mask[..., -1] = float("-inf")
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = (q @ kk.transpose(-1, -2)) / 8 ** 0.5 + mask
+    assert torch.allclose(FusedSDPA.apply(q, k, v, mask, 0.0, False, None), scores.softmax(-1) @ vv, atol=1e-5)
+    x, w = torch.randn(3, 16), torch.randn(16)
+    assert torch.allclose(FusedRMSNorm.apply(x, w, 1e-6), w * x / (x.pow(2).mean(-1, keepdim=True) + 1e-6).sqrt(),
+                          atol=1e-5)
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    cos, sin = torch.randn(1, 5, 8), torch.randn(1, 5, 8)
+    expected, _ = apply_rotary_pos_emb(q, q, cos, sin)
+    assert torch.allclose(RotaryPosEmbeddingHelperV2.apply(q, cos.unsqueeze(1), sin.unsqueeze(1)), expected, atol=1e-6)
+
+
+def test_gaudi_llama_logits_match_plain_llama(plain, gaudi_models):
+    target = gaudi_models["target"]
+    with torch.no_grad():
+        eager = target(plain["ids4"], attention_mask=plain["mask4"], lazy_mode=True).logits
+        fused = target(plain["ids4"], attention_mask=plain["mask4"], use_flash_attention=True, lazy_mode=True).logits
+    live = plain["mask4"].bool()  # padded positions' logits are meaningless in both
+    assert (eager - plain["logits"])[live].abs().max() < 1e-4
+    assert (fused - plain["logits"])[live].abs().max() < 1e-4
+
+
+# ------------------------------------------------------------------------------------------------ exactness
+@pytest.mark.parametrize("draft", ["same", "cross"])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_greedy_generate_equals_target_on_gaudi_classes(plain, gaudi_models, draft, batch):
+    tok, atok, _, _ = plain["tokenizers"]
+    target = gaudi_models["target"]
+    extra = dict(assistant_model=gaudi_models["assistant_same_tokenizer"]) if draft == "same" else dict(
+        assistant_model=gaudi_models["assistant"], tokenizer=tok, assistant_tokenizer=atok)
+    ids, mask = plain[f"ids{batch}"], plain[f"mask{batch}"]
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, num_assistant_tokens=4,
+                          **extra, **GAUDI)
+    assert torch.equal(out, plain[f"greedy{batch}"])
+    assert optimum_uag.last_metrics().accepted_tokens > 0
+
+
+@pytest.mark.parametrize("draft", ["same", "cross"])
+def test_sampling_matches_target_distribution_on_gaudi_classes(plain, emu, draft):
+    (tcfg, tstate), (dcfg, dstate) = plain["tiny"][draft]
+    target, assistant = _gaudi_copy(tcfg, tstate), _gaudi_copy(dcfg, dstate)
+    assert type(target).__name__.startswith("Gaudi") and type(assistant).__name__.startswith("Gaudi")
+    _, _, tt, dt = plain["tokenizers"]
+    extra = dict(tokenizer=tt, assistant_tokenizer=dt) if draft == "cross" else {}
+    vocab = target.config.vocab_size
+    torch.manual_seed(1234)
+    out = assisted_generate(target, assistant, torch.tensor([[1, 2, 3]]).repeat(N_SAMPLES, 1), max_new_tokens=2,
+                            do_sample=True, top_k=0, num_assistant_tokens=3, eos_token_id=None, **extra, **GAUDI)
+    samples = (out.sequences[:, 3] * vocab + out.sequences[:, 4]).numpy()
+    assert _chi2(samples, plain["expected"][draft], N_SAMPLES) > 0.01
+    assert out.metrics.accepted_tokens > 0
+
+
+def test_embedded_sampling_batch_runs_on_gaudi_classes(plain, gaudi_models):
+    tok, atok, _, _ = plain["tokenizers"]
+    torch.manual_seed(0)
+    out = assisted_generate(gaudi_models["target"], gaudi_models["assistant"], plain["ids4"], plain["mask4"],
+                            tokenizer=tok, assistant_tokenizer=atok, max_new_tokens=16, do_sample=True,
+                            temperature=0.7, eos_token_id=None, **GAUDI)
+    assert out.sequences.shape == (4, plain["ids4"].shape[1] + 16)
+
+
+# ---------------------------------------------------------------------------------- graphs and mark_step
+@pytest.mark.parametrize("draft", ["same", "cross"])
+def test_graph_captures_are_bounded_and_independent_of_max_new_tokens(plain, emu, gaudi_models, draft):
+    tok, atok, _, _ = plain["tokenizers"]
+    name = "assistant_same_tokenizer" if draft == "same" else "assistant"
+    extra = dict(tokenizer=tok, assistant_tokenizer=atok) if draft == "cross" else {}
+    captured = []
+    for max_new in (16, 128):
+        emu.reset_counters(clear_graphs=True)
+        out = assisted_generate(gaudi_models["target"], gaudi_models[name], plain["ids4"], plain["mask4"],
+                                max_new_tokens=max_new, do_sample=False, eos_token_id=None, **extra, **GAUDI)
+        assert out.sequences.shape[1] == plain["ids4"].shape[1] + max_new
+        captured.append(dict(emu.captures))
+    assert captured[0] == captured[1]
+    assert captured[0]["target"] <= 2  # prefill + verify
+    assert captured[0][name] <= 3  # prefill + decode (+ the fixed-width re-read / re-feed)
+
+
+def test_one_mark_step_per_model_step_once_graphs_are_captured(plain, emu, gaudi_models):
+    kwargs = dict(max_new_tokens=24, do_sample=False, eos_token_id=None, **GAUDI)
+    args = (gaudi_models["target"], gaudi_models["assistant_same_tokenizer"], plain["ids4"], plain["mask4"])
+    assisted_generate(*args, **kwargs)  # captures
+    emu.reset_counters()
+    out = assisted_generate(*args, **kwargs)  # replays only: no Python runs inside the models
+    assert sum(emu.captures.values()) == 0
+    m = out.metrics
+    assert emu.mark_steps == m.target_forwards + m.draft_forwards
+    assert m.target_forwards == m.target_calls  # one verify forward per round
+
+
+def test_gaudi_knobs_on_a_plain_model_are_refused():
+    with pytest.raises(ValueError, match="Gaudi model"):
+        assisted_generate(tiny_llama(8, 0), tiny_llama(8, 1), torch.tensor([[1, 2]]), max_new_tokens=2,
+                          hpu_graphs=True)
+
+
+# ------------------------------------------------------------------------------------------------ the runner
+@pytest.mark.parametrize("arch", ["llama", "neox"])
+def test_runner_rollback_and_compaction_match_full_recompute(emu, arch):
+    """Random blocks, per-row rollbacks and forced compactions: every logit equals a no-cache forward."""
+    from optimum_uag.gaudi import GaudiModelRunner
+
+    model = tiny_llama(50, 3, layers=2, hidden=32) if arch == "llama" else tiny_neox(50, 3, hidden=32)
+    model = _gaudi_copy(model.config, model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    batch, max_len, pad = 3, 24, torch.tensor([0, 2, 4])
+    runner = GaudiModelRunner(model, batch, max_len, pad, lazy_mode=True, columns=30)
+    rows = [[] for _ in range(batch)]  # logical token stream of each row (slot-indexed, pads included)
+    lengths = torch.zeros(batch, dtype=torch.long)
+    width = 6  # the prefill
+    for step in range(30):
+        tokens = torch.randint(1, 50, (batch, width), generator=gen)
+        back = torch.randint(0, 3, (batch,), generator=gen) if step else torch.zeros(batch, dtype=torch.long)
+        start = (lengths - back).clamp_min(0)
+        start = torch.where(start + width > max_len, pad + 1, start)  # a long rollback when a row is full
+        logits = runner.forward(tokens, start)
+        for b in range(batch):
+            rows[b] = rows[b][: int(start[b])] + tokens[b].tolist()
+            for i in range(width):
+                slot = int(start[b]) + i
+                if slot < int(pad[b]):
+                    continue
+                context = torch.tensor([rows[b][int(pad[b]) : slot + 1]])
+                with torch.no_grad():
+                    expected = model(context, use_cache=False).logits[0, -1]
+                assert torch.allclose(logits[b, i], expected, atol=1e-4), (arch, step, b, i)
+        lengths = start + width
+        width = [1, 4, 2][step % 3]
+    assert runner.compactions >= 2
