@@ -163,6 +163,7 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
             f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the model's "
             f"max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens"
         )
+    _refuse_dynamic_activation_quant(model)
     if assistant_model is not None:
         if assistant_model.device != device:
             raise ValueError(
@@ -176,3 +177,18 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
                 f"max_position_embeddings={alimit}; use a shorter prompt or lower max_new_tokens"
             )
     return input_ids, attention_mask
+
+
+def _refuse_dynamic_activation_quant(model) -> None:
+    """Dynamic int8 computes activation scales over the whole forward input, so a token's logits depend on which
+    other tokens share the forward: no speculative method (nor batching) can reproduce the target's own output."""
+    dynamic = getattr(torch.ao.nn.quantized, "dynamic", None)
+    kinds = tuple(k for k in (getattr(dynamic, "Linear", None),) if k is not None)
+    if getattr(model, "_optimum_uag_quant", None) == "dynamic-int8" or (
+            kinds and any(isinstance(m, kinds) for m in model.modules())):
+        raise ValueError(
+            "the target uses dynamic int8 quantization (activation scales computed per forward), so its output "
+            "depends on how many tokens one forward sees and cannot be reproduced exactly; quantize the target "
+            "weight-only (RTN) or with static FP8 scales (habana_configs/quantization_config), or use dynamic "
+            "int8 for the assistant only"
+        )

@@ -12,8 +12,11 @@ from .verify import LogitsWarper
 def output_vocab_size(model) -> int:
     """Rows of the LM head (may exceed the tokenizer: padded embedding matrices), else config.vocab_size."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+    rows = getattr(head, "out_features", None)  # quantized linears (INC, torch.ao) keep it; .weight may be a method
+    if rows is None:
+        weight = getattr(head, "weight", None)
+        rows = weight.shape[0] if isinstance(weight, torch.Tensor) else None
+    return int(rows) if rows is not None else int(model.config.vocab_size)
 
 
 def fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
