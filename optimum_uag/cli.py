@@ -39,14 +39,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare_baseline", action="store_true",
                    help="also run transformers' own assisted generation on the same inputs and report the ratio")
     p.add_argument("--device", choices=["auto", "hpu", "cuda", "cpu"], default="auto")
+    p.add_argument("--emulate_hpu", action="store_true",
+                   help="dry-run a Gaudi configuration on CPU: optimum-habana's Gaudi model classes under the HPU "
+                        "emulator (real CPU math); reports how many HPU graphs each model would capture")
     p.add_argument("--bf16", action="store_true", help="run both models in bfloat16")
     p.add_argument("--use_kv_cache", action="store_true", default=True, help="always on (static KV caches)")
     p.add_argument("--static_shapes", action="store_true", default=True, help="always on (static shapes)")
     p.add_argument("--use_hpu_graphs", action="store_true", help="Gaudi: wrap both models in HPU graphs")
     p.add_argument("--reuse_cache", action="store_true", help="Gaudi: preallocated KV caches")
     p.add_argument("--bucket_size", type=int, default=-1, help="Gaudi: bucketed KV cache (accepted for compatibility)")
-    p.add_argument("--load_quantized_model_with_inc", action="store_true", help="Gaudi: FP8 model via INC")
+    p.add_argument("--load_quantized_model_with_inc", action="store_true",
+                   help="Gaudi: load a checkpoint already quantized to FP8 with INC")
+    p.add_argument("--ignore_eos", action="store_true", help="generate max_new_tokens even past EOS (benchmarks)")
+    p.add_argument("--assistant_quant_config", default=None,
+                   help="quantize the assistant too (a JSON as QUANT_CONFIG; e.g. maxabs_quant_assistant.json)")
     return p
+
+
+GAUDI_ONLY = ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc")
 
 
 def fail(message: str) -> None:
@@ -84,20 +94,37 @@ def read_prompts(args) -> tuple[list[str], str]:
     return eval_prompts(), "embedded held-out prompts"
 
 
-def resolve_device(name: str):
+def resolve_device(name: str, emulate_hpu: bool = False):
+    """The torch device; on Gaudi (or emulated) also adapts transformers to optimum-habana first."""
     import torch
 
+    if emulate_hpu:
+        if name not in ("auto", "hpu", "cpu"):
+            fail(f"--emulate_hpu runs on the CPU; drop --device {name}")
+        from . import gaudi
+        from .testing.hpu_emulator import HPUEmulator
+
+        EMULATOR.append(HPUEmulator().__enter__())  # for the whole process: models bind it at import time
+        gaudi.enable()
+        return torch.device("cpu")
     if name == "hpu":
         try:
             import habana_frameworks.torch.core  # noqa: F401
         except ImportError:
-            fail("--device hpu needs Intel Gaudi (habana_frameworks); use --device cpu, or --emulate_hpu once available")
+            fail("--device hpu needs Intel Gaudi (habana_frameworks is not installed); add --emulate_hpu to "
+                 "dry-run the Gaudi configuration on CPU, or use --device cpu")
+        from . import gaudi
+
+        gaudi.enable()
         return torch.device("hpu")
     if name == "cuda" and not torch.cuda.is_available():
         fail("--device cuda but no CUDA device is available; use --device cpu")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+EMULATOR: list = []
 
 
 def load(path: str | None, default: str, device, dtype):
@@ -148,13 +175,27 @@ def run_generate(argv=None) -> dict:
 
     from . import assisted_generate
 
-    for flag in ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc"):
-        if getattr(args, flag) and args.device != "hpu":
-            fail(f"--{flag} needs Intel Gaudi; run with --device hpu on Gaudi, or drop it to run on --device cpu")
+    on_gaudi = args.device == "hpu" or args.emulate_hpu
+    for flag in GAUDI_ONLY:
+        if getattr(args, flag) and not on_gaudi:
+            fail(f"--{flag} needs Intel Gaudi: run with --device hpu on Gaudi, add --emulate_hpu to dry-run the "
+                 "Gaudi configuration on this CPU, or drop the flag to run on --device cpu")
+    if args.load_quantized_model_with_inc and args.emulate_hpu:
+        fail("--load_quantized_model_with_inc loads an FP8 checkpoint for HPU kernels; on CPU quantize at load time "
+             "with QUANT_CONFIG=habana_configs/quantization_config/maxabs_quant_qdq.json instead")
     if args.batch_size < 1 or args.max_new_tokens < 1 or args.n_iterations < 1:
         fail("--batch_size, --max_new_tokens and --n_iterations must be >= 1")
+    quant_config = os.environ.get("QUANT_CONFIG")
+    for path in (quant_config, args.assistant_quant_config):
+        if path:
+            from .quantization import quant_kind, read_quant_config
+
+            try:
+                quant_kind(read_quant_config(path))
+            except (OSError, ValueError) as exc:
+                fail(str(exc))
     torch.manual_seed(args.seed)
-    device = resolve_device(args.device)
+    device = resolve_device(args.device, args.emulate_hpu)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     model, tokenizer, target_path = load(args.model_name_or_path, "target", device, dtype)
     assistant = assistant_tok = None
@@ -165,6 +206,23 @@ def run_generate(argv=None) -> dict:
             from transformers import AutoTokenizer
 
             assistant_tok = AutoTokenizer.from_pretrained(args.assistant_tokenizer, local_files_only=True)
+    model = maybe_quantize(model, quant_config, "QUANT_CONFIG", device)
+    if assistant is not None:
+        assistant = maybe_quantize(assistant, args.assistant_quant_config, "--assistant_quant_config", device)
+    gaudi_kwargs = {}
+    if on_gaudi:
+        from .gaudi.device import graph_wrapped
+
+        gaudi_kwargs = dict(lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") != "0", hpu_graphs=args.use_hpu_graphs)
+        config = model.generation_config  # what optimum-habana's example sets for its own static-shape loop
+        config.static_shapes, config.reuse_cache, config.bucket_size = True, True, -1
+        config.ignore_eos, config.trim_logits = args.ignore_eos, True
+        for name, m in (("target", model), ("assistant", assistant)):
+            if m is not None:
+                if EMULATOR:
+                    EMULATOR[0].name(m, name)
+                if args.use_hpu_graphs:
+                    graph_wrapped(m)
 
     prompts, source = read_prompts(args)
     notes = []
@@ -174,12 +232,15 @@ def run_generate(argv=None) -> dict:
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     batches = [b for b in batches if len(b) == args.batch_size] or batches[:1]
     encode_kw = dict(return_tensors="pt", padding=True, return_token_type_ids=False)
-    if args.max_input_tokens > 0:
-        encode_kw.update(truncation=True, max_length=args.max_input_tokens)
+    if args.max_input_tokens > 0:  # as optimum-habana: one static prompt shape (pad to the limit, cut the left)
+        encode_kw.update(truncation=True, max_length=args.max_input_tokens, padding="max_length")
         tokenizer.truncation_side = "left"
     encoded = [tokenizer(b, **encode_kw).to(device) for b in batches]
 
-    gen_kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id)
+    gen_kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id,
+                      **gaudi_kwargs)
+    if args.ignore_eos and not on_gaudi:
+        gen_kwargs["eos_token_id"] = None
     if args.do_sample:
         gen_kwargs.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -203,14 +264,17 @@ def run_generate(argv=None) -> dict:
         assistant.generation_config.num_assistant_tokens_schedule = "constant"
         return model.generate(**enc, **kw)
 
-    eos = model.generation_config.eos_token_id
+    eos = None if args.ignore_eos else model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
     use_drafting = assistant is not None or bool(args.prompt_lookup_num_tokens)
     runs = {"target_only": target_only}
     if use_drafting:
         runs["optimum_uag"] = ours
         if args.compare_baseline and assistant is not None:
-            if args.batch_size > 1:
+            if on_gaudi:
+                notes.append("optimum-habana's own assisted generation fails on Gaudi models (tuple-cache .crop(), "
+                             "static-shape mismatches): transformers baseline skipped")
+            elif args.batch_size > 1:
                 notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
             else:
                 runs["transformers_assisted"] = transformers_assisted
@@ -275,9 +339,41 @@ def run_generate(argv=None) -> dict:
         )
         if not args.do_sample:
             report["outputs_match_target"] = bool(torch.equal(last["optimum_uag"], last["target_only"]))
+    if EMULATOR:
+        report["device"] = "hpu (emulated on CPU)"
+    if EMULATOR and args.use_hpu_graphs:  # what the emulator saw: captures per model over the whole run (warmup included)
+        report["graph_captures"] = {name: n for name, n in EMULATOR[0].captures.items()
+                                    if name in ("target", "assistant")}
+    if quant_config and read_kind(quant_config) == "fp8-measure":
+        from .quantization import finalize_measurements
+
+        finalize_measurements(model)
+        notes.append("FP8 measurement dumped; rerun with QUANT_CONFIG pointing at the matching quantize config")
     report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in last[main_name].tolist()]
     report["sample_text"] = tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
     return report
+
+
+def read_kind(path: str) -> str:
+    from .quantization import quant_kind, read_quant_config
+
+    return quant_kind(read_quant_config(path))
+
+
+def maybe_quantize(model, path: str | None, flag: str, device):
+    """Quantize with INC as the JSON says (FP8 measure/quantize, RTN); errors name the flag and the fix."""
+    if not path:
+        return model
+    from .quantization import quantize_model
+
+    kind = read_kind(path)
+    if kind.startswith("fp8") and device.type != "hpu" and not json.loads(Path(path).read_text()).get("use_qdq"):
+        fail(f"{flag}={path}: FP8 on CPU needs QDQ mode; use habana_configs/quantization_config/"
+             f"maxabs_{'measure' if kind == 'fp8-measure' else 'quant'}_qdq.json (or run on Gaudi)")
+    try:
+        return quantize_model(model, path)
+    except (OSError, ValueError, RuntimeError) as exc:
+        fail(f"{flag}={path}: quantization failed: {exc}")
 
 
 def _same(a, b) -> bool:

@@ -19,6 +19,7 @@ from .engine.state import DecodingState, Proposal
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
 WINDOW = 6  # tokens of committed context used when decoding/re-encoding (constant cost per round)
+PROMPT_BUCKET = 16  # draft prompt lengths are rounded up to this (static shapes)
 MIN_INTERSECTION = 0.05  # below this share of the smaller vocabulary, TLI cannot propose much
 
 
@@ -60,7 +61,8 @@ class UniversalDrafter:
                 warn_once("roundtrip", "the assistant tokenizer does not reproduce the prompt text exactly "
                           f"({text[:40]!r}...); drafts may be accepted less often (output stays exact)")
                 break
-        longest = max(len(e) for e in enc)
+        # left-pad to a multiple of 16 so prompts of similar length share one prefill shape (one HPU graph)
+        longest = -(-max(len(e) for e in enc) // PROMPT_BUCKET) * PROMPT_BUCKET
         pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else 0
         self.prompt_len = longest
         self.draft_pad = [longest - len(e) for e in enc]

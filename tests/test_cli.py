@@ -9,9 +9,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(args, tmp_path):
+def run(args, tmp_path, env=None):
+    import os
+
     return subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("extra", [[], ["--assistant_model", "same"]])
@@ -40,7 +42,35 @@ def test_bad_model_path_is_one_line(tmp_path):
 
 def test_gaudi_flag_without_gaudi(tmp_path):
     proc = run(["--use_hpu_graphs", "--max_new_tokens", "4"], tmp_path)
-    assert proc.returncode == 2 and "needs Intel Gaudi" in proc.stderr
+    assert proc.returncode == 2 and "needs Intel Gaudi" in proc.stderr and "--emulate_hpu" in proc.stderr
+    proc = run(["--device", "hpu", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "--emulate_hpu" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
+    """A Gaudi command line (HPU graphs, reuse_cache, static prompt length) dry-run on CPU."""
+    proc = run(["--emulate_hpu", "--use_hpu_graphs", "--reuse_cache", "--max_input_tokens", "48", "--batch_size", "2",
+                "--max_new_tokens", "10", "--n_iterations", "2", "--warmup", "0", "--output_dir", str(tmp_path / "o")],
+               tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert res["device"] == "hpu (emulated on CPU)"
+    assert res["outputs_match_target"] is True
+    # target: optimum-habana's own loop (prefill + decode) and ours (prefill + verify), whatever the iterations
+    assert res["graph_captures"]["target"] == 4
+    assert 2 <= res["graph_captures"]["assistant"] <= 4  # decode + re-feed + prefill bucket(s)
+
+
+def test_quant_config_env(tmp_path):
+    configs = REPO / "habana_configs" / "quantization_config"
+    proc = run(["--max_new_tokens", "4"], tmp_path, env={"QUANT_CONFIG": str(configs / "maxabs_quant.json")})
+    assert proc.returncode == 2 and "maxabs_quant_qdq.json" in proc.stderr
+    proc = run(["--max_new_tokens", "4"], tmp_path, env={"QUANT_CONFIG": str(tmp_path / "none.json")})
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run(["--max_new_tokens", "8", "--output_dir", str(tmp_path / "q"), "--assistant_quant_config",
+                str(configs / "cpu_rtn_int8.json")], tmp_path, env={"QUANT_CONFIG": str(configs / "cpu_rtn_int8.json")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "q" / "results.json").read_text())["outputs_match_target"] is True
 
 
 def test_malformed_prompt_file_names_the_line(tmp_path):

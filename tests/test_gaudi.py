@@ -242,3 +242,22 @@ def test_runner_rollback_and_compaction_match_full_recompute(emu, arch):
         lengths = start + width
         width = [1, 4, 2][step % 3]
     assert runner.compactions >= 2
+
+
+def test_assisted_equals_optimum_habanas_own_static_generate(plain, emu, gaudi_models):
+    """The target-only reference here is optimum-habana's own GaudiGenerationMixin greedy loop (static shapes,
+    reuse_cache, HPU graphs), not ours."""
+    target = gaudi_models["target"]
+    config = target.generation_config
+    config.static_shapes, config.reuse_cache, config.bucket_size, config.trim_logits = True, True, -1, True
+    optimum_uag.disable()  # optimum-habana's own generate()
+    try:
+        own = target.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24, do_sample=False,
+                              lazy_mode=True, hpu_graphs=True, generation_config=config)
+    finally:
+        optimum_uag.enable()
+    assert torch.equal(own, plain["greedy4"])
+    out = target.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24, do_sample=False,
+                          lazy_mode=True, hpu_graphs=True, generation_config=config,
+                          assistant_model=gaudi_models["assistant_same_tokenizer"])
+    assert torch.equal(out, own)
