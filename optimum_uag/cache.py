@@ -1,6 +1,8 @@
 """Static-shape KV caches with per-row write positions (CPU/CUDA, transformers StaticCache)."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import PreTrainedModel, StaticCache
 
@@ -24,6 +26,30 @@ class RowStaticCache(StaticCache):
         return layer.keys, layer.values
 
 
+def local_config(model: PreTrainedModel, config):
+    """The config as this process's shard sees it: tensor parallelism (DeepSpeed AutoTP) splits the key/value
+    heads across ranks, so the cache holds the local ones (read from the k_proj shard)."""
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if not heads or not getattr(config, "hidden_size", None):
+        return config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    for name, module in model.named_modules():
+        if name.endswith("k_proj"):
+            rows = getattr(module, "out_features", None)
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+                rows = weight.shape[0]
+            if rows and rows // head_dim != kv_heads:
+                local = copy.copy(config)
+                local.num_key_value_heads = rows // head_dim
+                local.num_attention_heads = heads * local.num_key_value_heads // kv_heads
+                local.head_dim = head_dim
+                return local
+            break
+    return config
+
+
 class ModelRunner:
     """Runs one causal LM over a static per-row KV cache; positions and the 4D mask are passed explicitly."""
 
@@ -31,6 +57,7 @@ class ModelRunner:
         self.model = model
         self.device = model.device
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        config = local_config(model, config)
         self.cache = RowStaticCache(
             config=config, max_batch_size=batch_size, max_cache_len=max_len, device=self.device, dtype=model.dtype
         )

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import distributed
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="optimum-uag generate",
@@ -50,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket_size", type=int, default=-1, help="Gaudi: bucketed KV cache (accepted for compatibility)")
     p.add_argument("--load_quantized_model_with_inc", action="store_true",
                    help="Gaudi: load a checkpoint already quantized to FP8 with INC")
+    p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
+    p.add_argument("--shard_assistant", action="store_true",
+                   help="multi-card: shard the assistant with AutoTP too (default: replicated on every rank)")
     p.add_argument("--ignore_eos", action="store_true", help="generate max_new_tokens even past EOS (benchmarks)")
     p.add_argument("--assistant_quant_config", default=None,
                    help="quantize the assistant too (a JSON as QUANT_CONFIG; e.g. maxabs_quant_assistant.json)")
@@ -197,6 +202,13 @@ def run_generate(argv=None) -> dict:
     torch.manual_seed(args.seed)
     device = resolve_device(args.device, args.emulate_hpu)
     dtype = torch.bfloat16 if args.bf16 else torch.float32
+    ws = distributed.world_size()
+    if ws > 1:
+        if args.emulate_hpu:
+            fail("--emulate_hpu runs one process; drop it for a multi-card run (DeepSpeed over gloo runs on CPU)")
+        distributed.init(device)
+    elif args.shard_assistant:
+        fail("--shard_assistant needs a multi-card launch (deepspeed --num_gpus N ...)")
     model, tokenizer, target_path = load(args.model_name_or_path, "target", device, dtype)
     assistant = assistant_tok = None
     assistant_path = None
@@ -206,6 +218,13 @@ def run_generate(argv=None) -> dict:
             from transformers import AutoTokenizer
 
             assistant_tok = AutoTokenizer.from_pretrained(args.assistant_tokenizer, local_files_only=True)
+    if ws > 1:
+        try:
+            model = distributed.shard(model, dtype, "target")
+            if assistant is not None and args.shard_assistant:
+                assistant = distributed.shard(assistant, dtype, "assistant")
+        except ValueError as exc:
+            fail(str(exc))
     model = maybe_quantize(model, quant_config, "QUANT_CONFIG", device)
     if assistant is not None:
         assistant = maybe_quantize(assistant, args.assistant_quant_config, "--assistant_quant_config", device)
@@ -288,7 +307,7 @@ def run_generate(argv=None) -> dict:
             torch.manual_seed(args.seed)
             fn(encoded[0])
     steps = [(it, b) for it in range(args.n_iterations) for b in range(len(encoded))]
-    for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty()):
+    for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty() or distributed.rank() != 0):
         enc = encoded[b]
         prompt_len = enc["input_ids"].shape[1]
         for name, fn in runs.items():  # side by side, same inputs
@@ -318,7 +337,7 @@ def run_generate(argv=None) -> dict:
         "target_only_tokens_per_s": tps("target_only"),
         "speedup_vs_target": tps(main_name) / tps("target_only") if tps("target_only") else None,
         "generated_tokens": results[main_name]["tokens"],
-        "world_size": int(os.environ.get("WORLD_SIZE", 1)),
+        "world_size": ws,
         "prompt_source": source,
         "notes": notes,
         "target": target_path,
@@ -349,6 +368,9 @@ def run_generate(argv=None) -> dict:
 
         finalize_measurements(model)
         notes.append("FP8 measurement dumped; rerun with QUANT_CONFIG pointing at the matching quantize config")
+    if ws > 1:  # every rank decoded the same tokens (sharded target, replicated draft, same seed)
+        report["ranks_agree"] = distributed.ranks_agree(last[main_name])
+        report["assistant_sharded"] = bool(args.shard_assistant)
     report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in last[main_name].tolist()]
     report["sample_text"] = tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
     return report
@@ -407,7 +429,12 @@ def print_report(report: dict) -> None:
 
 
 def generate_main(argv=None) -> int:
-    report = run_generate(argv)
+    try:
+        report = run_generate(argv)
+    finally:
+        distributed.shutdown()
+    if distributed.rank() != 0:
+        return 0
     print_report(report)
     out_dir = report["args"].get("output_dir")
     if out_dir:

@@ -1,0 +1,73 @@
+"""Multi-card: a DeepSpeed tensor-parallel (AutoTP) target with a replicated draft, one process per card.
+
+Every rank runs the same decoding loop on the same inputs with the same seed: the target's forward is sharded
+(its all-reduces make the logits identical on every rank), the draft is replicated, so every acceptance
+decision, and every sampled token, is the same on all ranks. Only rank 0 reports.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import torch
+
+
+def world_size() -> int:
+    """WORLD_SIZE as set by the deepspeed launcher, torchrun or gaudi_spawn (1 when not launched)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def backend_for(device: torch.device) -> str:
+    return {"hpu": "hccl", "cuda": "nccl"}.get(device.type, "gloo")
+
+
+def init(device: torch.device) -> None:
+    """Start the process group (hccl on Gaudi, nccl on CUDA, gloo on CPU) through DeepSpeed."""
+    import deepspeed
+
+    if device.type == "cpu" and os.environ.get("LOCAL_SIZE") is None:
+        # deepspeed's CPU all-reduce (shared memory) segfaults without it; its launcher sets it, torchrun does not
+        os.environ["LOCAL_SIZE"] = os.environ.get("LOCAL_WORLD_SIZE", str(world_size()))
+    deepspeed.init_distributed(dist_backend=backend_for(device))
+
+
+def shard(model, dtype: torch.dtype, what: str = "model"):
+    """Tensor-parallel `model` over all ranks with DeepSpeed AutoTP; returns the sharded module."""
+    import deepspeed
+
+    try:
+        engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": world_size()}, dtype=dtype,
+                                          replace_with_kernel_inject=False)
+    except Exception as exc:  # AutoTP refuses some architectures (e.g. GPT-2)
+        raise ValueError(f"DeepSpeed AutoTP cannot shard the {what} ({type(model).__name__}): {exc}; "
+                         "run it replicated instead") from exc
+    return engine.module
+
+
+def ranks_agree(tensor: torch.Tensor) -> bool:
+    """True when every rank holds the same tensor (checked on all ranks)."""
+    import torch.distributed as dist
+
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, tensor.cpu().tolist())
+    return all(g == gathered[0] for g in gathered)
+
+
+def shutdown() -> None:
+    """Leave the process group and remove this rank's DeepSpeed shared-memory buffers from /dev/shm."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+    addr, port = os.environ.get("MASTER_ADDR", "*"), os.environ.get("MASTER_PORT", "*")
+    for path in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{addr}_{port}_{rank()}"):
+        try:
+            os.remove(path)
+        except OSError:
+            pass

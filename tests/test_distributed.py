@@ -1,0 +1,56 @@
+"""Two CPU processes (DeepSpeed AutoTP over gloo): a sharded target with a replicated draft equals one process."""
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS = ["--prompt", "def add(a, b):", "--prompt", "import os\nimport sys\n"]
+
+
+def _run(command, tmp_path, out):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([*command, "--max_new_tokens", "12", "--batch_size", "2", "--warmup", "0", *PROMPTS,
+                           "--output_dir", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-3000:])
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft,launcher", [("assistant", "deepspeed"), ("assistant_same_tokenizer", "gaudi_spawn")])
+def test_two_processes_equal_one(tmp_path, draft, launcher):
+    from optimum_uag import embedded_models
+
+    before = set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*"))
+    script = [str(REPO / "examples" / "run_generation.py"), "--assistant_model", embedded_models()[draft]]
+    single = _run([sys.executable, *script], tmp_path, tmp_path / "one")
+    if launcher == "deepspeed":
+        launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29511"]
+    else:
+        launch = [sys.executable, str(REPO / "examples" / "gaudi_spawn.py"), "--use_deepspeed", "--world_size", "2",
+                  "--master_port", "29512"]
+    multi = _run([*launch, *script], tmp_path, tmp_path / "two")
+    assert multi["world_size"] == 2 and single["world_size"] == 1
+    assert multi["ranks_agree"] is True
+    assert multi["output_ids"] == single["output_ids"]
+    assert multi["outputs_match_target"] is True
+    assert set(glob.glob("/dev/shm/deepspeed_allreduce_buffer_*")) <= before  # nothing left behind
+
+
+@pytest.mark.slow
+def test_two_processes_sampling_is_identical_on_every_rank(tmp_path):
+    launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29513"]
+    res = _run([*launch, str(REPO / "examples" / "run_generation.py"), "--do_sample", "--temperature", "0.8"],
+               tmp_path, tmp_path / "s")
+    assert res["ranks_agree"] is True and res["generated_tokens"] > 0
+
+
+def test_shard_assistant_needs_a_launch(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--shard_assistant",
+                           "--max_new_tokens", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "deepspeed --num_gpus" in proc.stderr
