@@ -16,11 +16,12 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    "test": ["pytest", "scipy"],
     "deepspeed": ["deepspeed==0.19.8"],
     "quant": ["neural-compressor-pt==3.10"],
     "plot": ["matplotlib"],
 }
+# The tests exercise every path: multi-card (DeepSpeed), quantized models (INC), tuning plots (matplotlib).
+EXTRAS["test"] = ["pytest", "scipy", *EXTRAS["deepspeed"], *EXTRAS["quant"], *EXTRAS["plot"]]
 EXTRAS["all"] = sorted({dep for deps in EXTRAS.values() for dep in deps})
 
 setup(

@@ -448,8 +448,13 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "generate":
         return generate_main(argv[1:])
+    if argv and argv[0] == "tune":
+        from .tune import tune_main
+
+        return tune_main(argv[1:])
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: optimum-uag generate [flags]   (see optimum-uag generate --help)")
+        print("usage: optimum-uag generate [flags]   run assisted generation (optimum-uag generate --help)\n"
+              "       optimum-uag tune [flags]       rank drafts and K on your prompts (optimum-uag tune --help)")
         return 0
     return generate_main(argv)
 

@@ -78,3 +78,31 @@ def test_malformed_prompt_file_names_the_line(tmp_path):
     bad.write_text('{"prompt": "def f():"}\nnot json\n')
     proc = run(["--prompt_file", str(bad), "--max_new_tokens", "4"], tmp_path)
     assert proc.returncode == 2 and "p.jsonl:2" in proc.stderr
+
+
+def test_tune_ranks_two_drafts_and_two_k(tmp_path):
+    from optimum_uag import embedded_models
+
+    paths = embedded_models()
+    proc = subprocess.run([sys.executable, "-m", "optimum_uag.cli", "tune", "--assistant_model", paths["assistant"],
+                           "--assistant_model", paths["assistant_same_tokenizer"], "--num_assistant_tokens", "2,4",
+                           "--schedules", "none", "--num_prompts", "2", "--max_new_tokens", "8",
+                           "--output_dir", str(tmp_path / "t")], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "recommended: optimum-uag generate" in proc.stdout
+    res = json.loads((tmp_path / "t" / "results.json").read_text())
+    rows = res["results"]
+    assert {(r["draft"], r["num_assistant_tokens"]) for r in rows} == {
+        (d, k) for d in ("assistant", "assistant_same_tokenizer") for k in (2, 4)}
+    assert [r["speedup_vs_target"] for r in rows] == sorted((r["speedup_vs_target"] for r in rows), reverse=True)
+    assert all(r["outputs_match_target"] for r in rows)
+    assert res["best"] == rows[0] and f"--num_assistant_tokens {rows[0]['num_assistant_tokens']}" in res[
+        "recommended_command"]
+    assert (tmp_path / "t" / "speedup.png").stat().st_size > 1000
+
+
+def test_tune_bad_grid(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "optimum_uag.cli", "tune", "--num_assistant_tokens", "3,x"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "comma-separated integers" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,212 @@
+"""`optimum-uag tune`: pick the draft and the number of draft tokens for YOUR prompts, by measuring.
+
+For each candidate assistant and each K of a small grid (constant schedule), plus the dynamic schedules, it runs
+assisted generation on the same prompts as a target-only baseline, side by side in one process, and reports
+acceptance, tau (tokens per target call) and the speedup over target-only decoding. Ranked table, results.json,
+a PNG plot (speedup vs K per draft) and the recommended command line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="optimum-uag tune", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_name_or_path", default=None, help="target model directory (default: embedded target)")
+    p.add_argument("--assistant_model", action="append", default=None,
+                   help="a candidate draft directory (repeatable; default: both embedded drafts)")
+    p.add_argument("--prompt_lookup", action="store_true", help="also try n-gram prompt lookup (no draft model)")
+    p.add_argument("--prompt", action="append", default=None)
+    p.add_argument("--prompt_file", default=None, help="jsonl ({'prompt': ...} per line) or text, one per line")
+    p.add_argument("--num_prompts", type=int, default=8, help="use the first N prompts")
+    p.add_argument("--num_assistant_tokens", default="1,3,5,8", help="comma-separated K grid (constant schedule)")
+    p.add_argument("--schedules", default="heuristic,confidence",
+                   help="dynamic schedules to try too (comma-separated; 'none' for none)")
+    p.add_argument("--max_new_tokens", type=int, default=64)
+    p.add_argument("--batch_size", type=int, default=1)
+    p.add_argument("--do_sample", action="store_true")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--repeats", type=int, default=1, help="timed passes per configuration (best is kept)")
+    p.add_argument("--seed", type=int, default=27)
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--output_dir", default="tune_results", help="results.json and speedup.png go here")
+    return p
+
+
+def _grid(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        from .cli import fail
+
+        fail(f"--num_assistant_tokens must be comma-separated integers, got {text!r}")
+    if not values or values[0] < 1:
+        from .cli import fail
+
+        fail(f"--num_assistant_tokens values must be >= 1, got {text!r}")
+    return values
+
+
+def run_tune(argv=None) -> dict:
+    import torch
+
+    from . import assisted_generate
+    from .cli import fail, load, read_prompts, resolve_device
+    from .models import embedded_models
+
+    args = build_parser().parse_args(argv)
+    grid = _grid(args.num_assistant_tokens)
+    schedules = [s for s in args.schedules.split(",") if s.strip() and s != "none"]
+    for s in schedules:
+        if s not in ("heuristic", "confidence"):
+            fail(f"--schedules: unknown schedule {s!r} (heuristic, confidence, or none)")
+    if args.num_prompts < 1 or args.batch_size < 1 or args.max_new_tokens < 1 or args.repeats < 1:
+        fail("--num_prompts, --batch_size, --max_new_tokens and --repeats must be >= 1")
+    device = resolve_device(args.device)
+    model, tokenizer, target_path = load(args.model_name_or_path, "target", device, torch.float32)
+    paths = args.assistant_model or [embedded_models()["assistant"], embedded_models()["assistant_same_tokenizer"]]
+    drafts = []
+    for path in paths:
+        assistant, assistant_tok, resolved = load(path, "assistant", device, torch.float32)
+        drafts.append((Path(resolved).name, resolved, assistant, assistant_tok))
+    prompts, source = read_prompts(argparse.Namespace(prompt=args.prompt, prompt_file=args.prompt_file,
+                                                      dataset_name=None))
+    prompts = prompts[: args.num_prompts]
+    batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
+    encoded = [tokenizer(b, return_tensors="pt", padding=True, return_token_type_ids=False).to(device) for b in batches]
+    gen = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id)
+    if args.do_sample:
+        gen.update(temperature=args.temperature, top_k=0)
+
+    def timed_pass(fn):
+        """(seconds, outputs, metrics list) over all batches; best of --repeats."""
+        best = None
+        for _ in range(args.repeats):
+            torch.manual_seed(args.seed)
+            outs, metrics, t0 = [], [], time.perf_counter()
+            for enc in encoded:
+                out = fn(enc)
+                outs.append(out.sequences if hasattr(out, "sequences") else out)
+                if hasattr(out, "metrics"):
+                    metrics.append(out.metrics)
+            seconds = time.perf_counter() - t0
+            if best is None or seconds < best[0]:
+                best = (seconds, outs, metrics)
+        return best
+
+    def target_only(enc):
+        return model.generate(**enc, **gen)
+
+    configs = []
+    for name, path, assistant, assistant_tok in drafts:
+        for k in grid:
+            configs.append((name, path, assistant, assistant_tok, k, "constant"))
+        for schedule in schedules:
+            configs.append((name, path, assistant, assistant_tok, 5, schedule))
+    if args.prompt_lookup:
+        for k in grid:
+            configs.append(("prompt_lookup", None, None, None, k, "constant"))
+
+    target_only(encoded[0])  # warm-up
+    base_seconds, base_outs, _ = timed_pass(target_only)
+    rows = []
+    from tqdm.auto import tqdm
+
+    for name, path, assistant, assistant_tok, k, schedule in tqdm(configs, desc="tune", disable=not sys.stderr.isatty()):
+        def ours(enc, assistant=assistant, assistant_tok=assistant_tok, k=k, schedule=schedule):
+            extra = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=schedule)
+            if assistant is None:
+                extra["prompt_lookup_num_tokens"] = k
+                return assisted_generate(model, None, enc["input_ids"], enc["attention_mask"], **gen, **extra)
+            return assisted_generate(model, assistant, enc["input_ids"], enc["attention_mask"], tokenizer=tokenizer,
+                                     assistant_tokenizer=assistant_tok, **gen, **extra)
+
+        ours(encoded[0])  # warm-up (first-call costs: vocabulary intersection, allocations)
+        seconds, outs, metrics = timed_pass(ours)
+        generated = sum(m.generated_tokens for m in metrics)
+        drafted = sum(m.draft_tokens for m in metrics)
+        row_calls = sum(m.row_target_calls for m in metrics)
+        rows.append({
+            "draft": name, "assistant_model": path, "num_assistant_tokens": k, "schedule": schedule,
+            "speedup_vs_target": base_seconds / seconds if seconds else 0.0,
+            "tau": generated / row_calls if row_calls else 0.0,
+            "acceptance_rate": sum(m.accepted_tokens for m in metrics) / drafted if drafted else 0.0,
+            "seconds": seconds,
+            "outputs_match_target": None if args.do_sample else all(
+                torch.equal(a, b) for a, b in zip(outs, base_outs)),
+        })
+    rows.sort(key=lambda r: r["speedup_vs_target"], reverse=True)
+    best = rows[0]
+    command = ["optimum-uag", "generate"]
+    if args.model_name_or_path:
+        command += ["--model_name_or_path", args.model_name_or_path]
+    if best["assistant_model"] is None:
+        command += ["--prompt_lookup_num_tokens", str(best["num_assistant_tokens"])]
+    else:
+        command += ["--assistant_model", best["assistant_model"], "--num_assistant_tokens",
+                    str(best["num_assistant_tokens"]), "--num_assistant_tokens_schedule", best["schedule"]]
+    return {
+        "target": target_path, "prompt_source": source, "num_prompts": len(prompts),
+        "target_only_seconds": base_seconds, "results": rows, "best": best,
+        "recommended_command": " ".join(command), "args": vars(args),
+    }
+
+
+def plot(report: dict, path: Path) -> bool:
+    """Speedup vs K per draft (constant schedule), dynamic schedules as markers; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    drafts = sorted({r["draft"] for r in report["results"]})
+    for i, draft in enumerate(drafts):
+        color = f"C{i}"
+        const = sorted((r["num_assistant_tokens"], r["speedup_vs_target"]) for r in report["results"]
+                       if r["draft"] == draft and r["schedule"] == "constant")
+        if const:
+            ax.plot(*zip(*const), marker="o", color=color, label=f"{draft} (constant K)")
+        for r in report["results"]:
+            if r["draft"] == draft and r["schedule"] != "constant":
+                ax.axhline(r["speedup_vs_target"], color=color, linestyle="--" if r["schedule"] == "heuristic" else ":",
+                           label=f"{draft} ({r['schedule']})")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("num_assistant_tokens (K)")
+    ax.set_ylabel("speedup vs target-only")
+    ax.set_title("optimum-uag tune")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def print_table(report: dict) -> None:
+    print(f"{'rank':>4}  {'draft':<28} {'K':>3} {'schedule':<10} {'speedup':>8} {'tau':>6} {'accept':>7}  exact")
+    for i, r in enumerate(report["results"], 1):
+        exact = "-" if r["outputs_match_target"] is None else ("yes" if r["outputs_match_target"] else "NO")
+        print(f"{i:>4}  {r['draft']:<28} {r['num_assistant_tokens']:>3} {r['schedule']:<10} "
+              f"{r['speedup_vs_target']:>7.2f}x {r['tau']:>6.2f} {r['acceptance_rate']:>6.1%}  {exact}")
+    print(f"recommended: {report['recommended_command']}")
+
+
+def tune_main(argv=None) -> int:
+    report = run_tune(argv)
+    print_table(report)
+    out = Path(report["args"]["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    if plot(report, out / "speedup.png"):
+        report["plot"] = str(out / "speedup.png")
+    else:
+        print("note: matplotlib is not installed (pip install 'optimum-uag[plot]'): no plot written")
+    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
+    print(f"wrote {out / 'results.json'}")
+    return 0
