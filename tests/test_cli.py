@@ -68,9 +68,12 @@ def test_quant_config_env(tmp_path):
     proc = run(["--max_new_tokens", "4"], tmp_path, env={"QUANT_CONFIG": str(tmp_path / "none.json")})
     assert proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
     proc = run(["--max_new_tokens", "8", "--output_dir", str(tmp_path / "q"), "--assistant_quant_config",
-                str(configs / "cpu_rtn_int8.json")], tmp_path, env={"QUANT_CONFIG": str(configs / "cpu_rtn_int8.json")})
+                str(configs / "cpu_rtn_int8.json"), "--prompt", "def f(x):", "--batch_size", "2"], tmp_path,
+               env={"QUANT_CONFIG": str(configs / "cpu_rtn_int8.json")})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads((tmp_path / "q" / "results.json").read_text())["outputs_match_target"] is True
+    res = json.loads((tmp_path / "q" / "results.json").read_text())
+    assert res["outputs_match_target"] is True and len(res["output_ids"]) == 2
+    assert any("repeated" in note for note in res["notes"]) and "repeated" in proc.stdout
 
 
 def test_malformed_prompt_file_names_the_line(tmp_path):
