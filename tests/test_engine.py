@@ -268,3 +268,10 @@ def test_heuristic_schedule_is_capped(pair, prompts):
     assert torch.equal(out.sequences, ref)
     widths = [w for _, w in out.metrics.target_shapes if w != ids.shape[1] + 2]
     assert widths and max(widths) <= 7
+
+
+def test_gaudi_enable_without_gaudi_names_the_fix():
+    import optimum_uag.gaudi
+
+    with pytest.raises(ImportError, match="HPUEmulator"):
+        optimum_uag.gaudi.enable()

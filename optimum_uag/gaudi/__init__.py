@@ -9,6 +9,13 @@ def adapt() -> None:
     """Run optimum-habana's adapt_transformers_to_gaudi() once (Gaudi model classes, GaudiGenerationMixin)."""
     import transformers
 
+    from .device import available
+
+    if not available():
+        raise ImportError(
+            "optimum_uag.gaudi needs the Intel Gaudi software stack (habana_frameworks is not importable); on a "
+            "machine without Gaudi use --device cpu, or optimum_uag.testing.hpu_emulator.HPUEmulator for a dry-run"
+        )
     from optimum.habana.transformers.generation import GaudiGenerationMixin
     from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 

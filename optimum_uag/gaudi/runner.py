@@ -86,6 +86,9 @@ class GaudiModelRunner:
             self.caches = _kv_caches(self.model)
             self.cache_shapes = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
             return
+        from ..cache import local_config
+
+        config = local_config(self.model, config)  # a tensor-parallel shard holds only its own heads
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
