@@ -148,6 +148,14 @@ def test_greedy_generate_equals_target_on_gaudi_classes(plain, gaudi_models, dra
     assert optimum_uag.last_metrics().accepted_tokens > 0
 
 
+def test_greedy_with_fused_sdpa_equals_target(plain, gaudi_models):
+    """use_flash_attention=True: the verify/decode attention goes through (emulated) FusedSDPA with our mask."""
+    out = gaudi_models["target"].generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24,
+                                          do_sample=False, assistant_model=gaudi_models["assistant_same_tokenizer"],
+                                          use_flash_attention=True, **GAUDI)
+    assert torch.equal(out, plain["greedy4"])
+
+
 @pytest.mark.parametrize("draft", ["same", "cross"])
 def test_sampling_matches_target_distribution_on_gaudi_classes(plain, emu, draft):
     (tcfg, tstate), (dcfg, dstate) = plain["tiny"][draft]

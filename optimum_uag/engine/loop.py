@@ -143,7 +143,8 @@ def gaudi_runner(model, batch_size, capacity, pad, options):
     if cache_mechanism(model) is None:
         return ModelRunner(model, batch_size, capacity, pad)
     return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
-                            hpu_graphs=options.hpu_graphs)
+                            hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
+                            flash_attention_recompute=options.flash_attention_recompute)
 
 
 def pad_proposal(proposal: Proposal, width: int) -> Proposal:

@@ -21,6 +21,8 @@ class GaudiOptions:
     lazy_mode: bool = True
     hpu_graphs: bool = False
     ignore_eos: bool = False
+    use_flash_attention: bool = False  # FusedSDPA with our explicit mask (causal-mask mode does not apply)
+    flash_attention_recompute: bool = False
 
 
 def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptions | None:
@@ -48,4 +50,6 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
         lazy_mode=bool(call.get("lazy_mode", True)),
         hpu_graphs=bool(call.get("hpu_graphs", False)),
         ignore_eos=bool(fields.get("ignore_eos", False)),
+        use_flash_attention=bool(fields.get("use_flash_attention", False)),
+        flash_attention_recompute=bool(fields.get("flash_attention_recompute", False)),
     )

@@ -56,7 +56,8 @@ class GaudiModelRunner:
     """
 
     def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor, *, lazy_mode: bool = True,
-                 hpu_graphs: bool = False, columns: int | None = None):
+                 hpu_graphs: bool = False, columns: int | None = None, use_flash_attention: bool = False,
+                 flash_attention_recompute: bool = False):
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.cache.ModelRunner")
@@ -70,6 +71,9 @@ class GaudiModelRunner:
             raise ValueError(f"columns ({self.columns}) must exceed max_len ({max_len}): compaction needs free columns")
         self.pad = pad_lengths.to(self.device)
         self.lazy_mode = lazy_mode
+        # FusedSDPA (reuse_cache models): with our explicit (B, 1, L, columns) mask, never its causal-mask mode
+        self.attention = dict(use_flash_attention=use_flash_attention,
+                              flash_attention_recompute=flash_attention_recompute, flash_attention_causal_mask=False)
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
         self.write = 0  # host-side: next free column (never read back from the device)
         self.shapes: set[tuple[int, int]] = set()
@@ -159,7 +163,7 @@ class GaudiModelRunner:
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=logits_to_keep or 0,
+            logits_to_keep=logits_to_keep or 0, **self.attention,
         )
         return out.logits
 
