@@ -146,7 +146,11 @@ class GaudiModelRunner:
         self.write += length
         if self.lazy_mode:
             hpu.mark_step()
-        return logits.float()
+        # an HPU graph replay returns the capture's own output tensors, refilled on the next replay, and the
+        # model may have been wrapped by the caller: callers (the draft loop, the split blocks above) may hold
+        # these logits across calls, so always hand out a tensor of our own
+        out = logits.float()
+        return out.clone() if out is logits else out
 
     def _visible(self, slots: torch.Tensor) -> torch.Tensor:
         """(B, L, columns): column j is visible to query i iff pad <= slot_of[j] <= slot of query i."""

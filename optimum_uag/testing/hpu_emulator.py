@@ -6,6 +6,8 @@ Everything computes with real torch math on the CPU; what would be hardware beha
   while a captured HPU graph is being replayed are not counted, as on Gaudi, where a replay runs no Python.
 - `habana_frameworks.torch.hpu.wrap_in_hpu_graph` returns the module with its forward wrapped: every distinct
   input signature (tensor shapes/dtypes and static arguments) is one graph capture (``emulator.captures``).
+  As on Gaudi, a replay returns the *same* output tensors as the capture, refilled: a caller that keeps the
+  logits of one call across the next call of the same shape sees them overwritten.
 - hpex kernels (`FusedSDPA`, `FusedRMSNorm`, `RotaryPosEmbeddingHelperV1/V2/V3`, `apply_rotary_pos_emb`) are
   implemented with the reference formulas, so logits match plain transformers within fp32 tolerance.
 - optimum-habana's import-time synapse version probe (``pip list | grep habana-torch-plugin``) is answered, and a
@@ -133,13 +135,25 @@ def _signature(args, kwargs) -> tuple:
     return (sig(list(args)), sig(kwargs))
 
 
+def _copy_into(dst, src) -> None:
+    """Refill captured outputs with a replay's values (tensors in place; other values are static)."""
+    if isinstance(dst, torch.Tensor):
+        dst.copy_(src)
+    elif isinstance(dst, dict):  # ModelOutput included
+        for key in dst:
+            _copy_into(dst[key], src[key])
+    elif isinstance(dst, (list, tuple)):
+        for d, v in zip(dst, src):
+            _copy_into(d, v)
+
+
 def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dry_run=False, max_graphs=None,
                       verbose=False):
     """Record one capture per distinct input signature of `module.forward`; replays do not count mark_steps."""
     if getattr(module, "_hpu_graph_signatures", None) is not None:
         return module
     original = module.forward
-    signatures: set = set()
+    signatures: dict = {}  # signature -> the outputs of the capture (a replay writes into them, as on Gaudi)
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -150,12 +164,16 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
         if key in signatures:
             emulator._replaying += 1
             try:
-                return original(*args, **kwargs)
+                outputs = original(*args, **kwargs)
             finally:
                 emulator._replaying -= 1
-        signatures.add(key)
+            captured = signatures[key]
+            _copy_into(captured, outputs)  # habana's replay returns the captured output tensors, refilled
+            return captured
         emulator.captures[emulator.name_of(module)] += 1
-        return original(*args, **kwargs)
+        outputs = original(*args, **kwargs)
+        signatures[key] = outputs
+        return outputs
 
     module.forward = forward
     module._hpu_graph_signatures = signatures
