@@ -269,3 +269,33 @@ def test_assisted_equals_optimum_habanas_own_static_generate(plain, emu, gaudi_m
                           lazy_mode=True, hpu_graphs=True, generation_config=config,
                           assistant_model=gaudi_models["assistant_same_tokenizer"])
     assert torch.equal(out, own)
+
+
+def test_emulated_graph_replay_reuses_captured_tensors(emu):
+    """As habana's wrap_in_hpu_graph: a replay copies inputs into the capture's inputs and refills its outputs."""
+    from optimum_uag.testing.hpu_emulator import wrap_in_hpu_graph
+
+    layer = wrap_in_hpu_graph(torch.nn.Linear(3, 2))
+    x1, x2 = torch.ones(1, 3), torch.zeros(1, 3)
+    first = layer(x1).detach().clone()
+    out1 = layer(x1)  # replay
+    out2 = layer(x2)  # replay: same output object, refilled; x1 (the captured input) now holds x2's values
+    assert out1 is out2 and torch.equal(x1, x2)
+    assert not torch.equal(out2, first)
+
+
+@pytest.mark.parametrize("draft", ["same", "cross"])
+def test_hpu_graphs_do_not_change_sampled_tokens(plain, emu, draft):
+    """Same seed, with and without HPU graphs: identical samples (graph replays overwrite captured inputs and
+    outputs; nothing the loop still holds may be one of them)."""
+    (tcfg, tstate), (dcfg, dstate) = plain["tiny"][draft]
+    _, _, tt, dt = plain["tokenizers"]
+    extra = dict(tokenizer=tt, assistant_tokenizer=dt) if draft == "cross" else {}
+    outs = []
+    for graphs in (False, True):
+        torch.manual_seed(5)
+        out = assisted_generate(_gaudi_copy(tcfg, tstate), _gaudi_copy(dcfg, dstate),
+                                torch.tensor([[1, 2, 3]]).repeat(64, 1), max_new_tokens=6, do_sample=True, top_k=0,
+                                num_assistant_tokens=3, eos_token_id=None, lazy_mode=True, hpu_graphs=graphs, **extra)
+        outs.append(out.sequences)
+    assert torch.equal(outs[0], outs[1])

@@ -139,6 +139,10 @@ class GaudiModelRunner:
         self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
         self.slot_of[:, self.write : self.write + length] = slots
         position_ids = (slots - self.pad[:, None]).clamp_min(0)
+        # An HPU graph keeps the tensors of its capture call as its inputs and copies every later call's inputs
+        # into them: pass a private copy, never a tensor the caller still holds (a draft token would be
+        # overwritten by the next one)
+        tokens = tokens.clone()
         if self.mechanism == "reuse_cache":
             logits = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep)
         else:

@@ -6,8 +6,9 @@ Everything computes with real torch math on the CPU; what would be hardware beha
   while a captured HPU graph is being replayed are not counted, as on Gaudi, where a replay runs no Python.
 - `habana_frameworks.torch.hpu.wrap_in_hpu_graph` returns the module with its forward wrapped: every distinct
   input signature (tensor shapes/dtypes and static arguments) is one graph capture (``emulator.captures``).
-  As on Gaudi, a replay returns the *same* output tensors as the capture, refilled: a caller that keeps the
-  logits of one call across the next call of the same shape sees them overwritten.
+  As on Gaudi, a replay copies the new inputs into the captured input tensors, runs on those, and returns the
+  *same* output tensors as the capture, refilled: a caller that keeps the logits of one call across the next
+  call of the same shape sees them overwritten, and in-place writes land in the captured inputs.
 - hpex kernels (`FusedSDPA`, `FusedRMSNorm`, `RotaryPosEmbeddingHelperV1/V2/V3`, `apply_rotary_pos_emb`) are
   implemented with the reference formulas, so logits match plain transformers within fp32 tolerance.
 - optimum-habana's import-time synapse version probe (``pip list | grep habana-torch-plugin``) is answered, and a
@@ -136,9 +137,10 @@ def _signature(args, kwargs) -> tuple:
 
 
 def _copy_into(dst, src) -> None:
-    """Refill captured outputs with a replay's values (tensors in place; other values are static)."""
+    """Refill captured tensors with a replay's values, in place (other values are part of the signature)."""
     if isinstance(dst, torch.Tensor):
-        dst.copy_(src)
+        if dst is not src:
+            dst.copy_(src)
     elif isinstance(dst, dict):  # ModelOutput included
         for key in dst:
             _copy_into(dst[key], src[key])
@@ -153,7 +155,7 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
     if getattr(module, "_hpu_graph_signatures", None) is not None:
         return module
     original = module.forward
-    signatures: dict = {}  # signature -> the outputs of the capture (a replay writes into them, as on Gaudi)
+    signatures: dict = {}  # signature -> (captured args, kwargs, outputs)
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -162,17 +164,20 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
             return original(*args, **kwargs)
         key = _signature(args, kwargs)
         if key in signatures:
+            # habana's replay: copy the new inputs into the captured input tensors, run the graph on those,
+            # return the captured output tensors refilled (in-place writes land in the captured inputs)
+            captured_args, captured_kwargs, captured_outputs = signatures[key]
+            _copy_into((captured_args, captured_kwargs), (args, kwargs))
             emulator._replaying += 1
             try:
-                outputs = original(*args, **kwargs)
+                outputs = original(*captured_args, **captured_kwargs)
             finally:
                 emulator._replaying -= 1
-            captured = signatures[key]
-            _copy_into(captured, outputs)  # habana's replay returns the captured output tensors, refilled
-            return captured
+            _copy_into(captured_outputs, outputs)
+            return captured_outputs
         emulator.captures[emulator.name_of(module)] += 1
         outputs = original(*args, **kwargs)
-        signatures[key] = outputs
+        signatures[key] = (args, kwargs, outputs)
         return outputs
 
     module.forward = forward
