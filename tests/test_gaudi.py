@@ -299,3 +299,17 @@ def test_hpu_graphs_do_not_change_sampled_tokens(plain, emu, draft):
                                 num_assistant_tokens=3, eos_token_id=None, lazy_mode=True, hpu_graphs=graphs, **extra)
         outs.append(out.sequences)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_runner_takes_over_a_cache_optimum_habana_allocated(emu, gaudi_models):
+    """optimum-habana's own generate() allocates the same KVCache modules with its prompt length; a later
+    GaudiModelRunner of the same shape must take them over (KVCache.allocate asserts on a changed length)."""
+    from optimum_uag.gaudi import GaudiModelRunner
+
+    target = gaudi_models["target"]
+    target.allocate_kv_cache(2, 128, 7)  # what optimum-habana's generate does (reuse_cache, prompt length 7)
+    runner = GaudiModelRunner(target, 2, 40, torch.zeros(2, dtype=torch.long), columns=128)
+    logits = runner.forward(torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.zeros(2, dtype=torch.long))
+    with torch.no_grad():
+        expected = target(torch.tensor([[5, 6, 7], [8, 9, 10]]), lazy_mode=False).logits
+    assert torch.allclose(logits, expected, atol=1e-4)

@@ -86,6 +86,9 @@ class GaudiModelRunner:
     def _allocate(self) -> None:
         config = self.model.config
         if self.mechanism == "reuse_cache":
+            for pair in _kv_caches(self.model):  # optimum-habana's own generate may have left a prompt length
+                for cache in pair:                # there; KVCache.allocate asserts it is unchanged for one shape
+                    cache.inp_seq_len = -1
             self.model.allocate_kv_cache(self.batch_size, self.columns, -1)  # -1: write only through token_idx
             self.caches = _kv_caches(self.model)
             self.cache_shapes = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
