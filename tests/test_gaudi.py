@@ -313,3 +313,16 @@ def test_runner_takes_over_a_cache_optimum_habana_allocated(emu, gaudi_models):
     with torch.no_grad():
         expected = target(torch.tensor([[5, 6, 7], [8, 9, 10]]), lazy_mode=False).logits
     assert torch.allclose(logits, expected, atol=1e-4)
+
+
+def test_plain_transformers_assistant_on_gaudi(plain, gaudi_models):
+    """An assistant architecture optimum-habana does not adapt (OLMo) runs on transformers' StaticCache runner."""
+    from transformers import OlmoConfig, OlmoForCausalLM
+
+    target = gaudi_models["target"]
+    torch.manual_seed(0)
+    draft = OlmoForCausalLM(OlmoConfig(vocab_size=target.config.vocab_size, hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=1, num_attention_heads=4, max_position_embeddings=512)).eval()
+    assert not type(draft).__module__.startswith("optimum.habana")
+    out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False, **GAUDI)
+    assert torch.equal(out.sequences, plain["greedy4"])
