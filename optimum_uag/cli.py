@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket_size", type=int, default=-1, help="Gaudi: bucketed KV cache (accepted for compatibility)")
     p.add_argument("--load_quantized_model_with_inc", action="store_true",
                    help="Gaudi: load a checkpoint already quantized to FP8 with INC")
+    # optimum-habana's attention / graph knobs, so its command lines run unchanged
+    p.add_argument("--use_flash_attention", action="store_true", help="Gaudi: FusedSDPA attention (our explicit mask)")
+    p.add_argument("--flash_attention_recompute", action="store_true", help="Gaudi: recompute FusedSDPA in backward")
+    p.add_argument("--flash_attention_causal_mask", action="store_true",
+                   help="accepted; optimum-uag always passes its own mask (a verify block is not a lone prompt)")
+    p.add_argument("--flash_attention_fast_softmax", action="store_true", help="accepted; no effect here")
+    p.add_argument("--trim_logits", action="store_true", help="accepted; the engine keeps only the logits it needs")
+    p.add_argument("--attn_softmax_bf16", action="store_true", help="accepted; no effect here")
+    p.add_argument("--limit_hpu_graphs", action="store_true", help="accepted; the shapes are already bounded")
+    p.add_argument("--bucket_internal", action="store_true", help="accepted; the caches are allocated once")
+    p.add_argument("--torch_compile", action="store_true", help="not supported (refused with the alternative)")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
     p.add_argument("--shard_assistant", action="store_true",
                    help="multi-card: shard the assistant with AutoTP too (default: replicated on every rank)")
@@ -61,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-GAUDI_ONLY = ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc")
+GAUDI_ONLY = ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc", "use_flash_attention",
+              "flash_attention_recompute")
+ACCEPTED_ONLY = ("flash_attention_causal_mask", "flash_attention_fast_softmax", "trim_logits", "attn_softmax_bf16",
+                 "limit_hpu_graphs", "bucket_internal")
 
 
 def fail(message: str) -> None:
@@ -185,6 +199,9 @@ def run_generate(argv=None) -> dict:
         if getattr(args, flag) and not on_gaudi:
             fail(f"--{flag} needs Intel Gaudi: run with --device hpu on Gaudi, add --emulate_hpu to dry-run the "
                  "Gaudi configuration on this CPU, or drop the flag to run on --device cpu")
+    if args.torch_compile:
+        fail("--torch_compile is not supported by optimum-uag (static caches + HPU graphs already fix the shapes); "
+             "drop it, and use --use_hpu_graphs on Gaudi")
     if args.load_quantized_model_with_inc and args.emulate_hpu:
         fail("--load_quantized_model_with_inc loads an FP8 checkpoint for HPU kernels; on CPU quantize at load time "
              "with QUANT_CONFIG=habana_configs/quantization_config/maxabs_quant_qdq.json instead")
@@ -236,6 +253,8 @@ def run_generate(argv=None) -> dict:
         config = model.generation_config  # what optimum-habana's example sets for its own static-shape loop
         config.static_shapes, config.reuse_cache, config.bucket_size = True, True, -1
         config.ignore_eos, config.trim_logits = args.ignore_eos, True
+        config.use_flash_attention = args.use_flash_attention
+        config.flash_attention_recompute = args.flash_attention_recompute
         for name, m in (("target", model), ("assistant", assistant)):
             if m is not None:
                 if EMULATOR:
@@ -245,6 +264,9 @@ def run_generate(argv=None) -> dict:
 
     prompts, source = read_prompts(args)
     notes = []
+    ignored = [f"--{flag}" for flag in ACCEPTED_ONLY if getattr(args, flag)]
+    if ignored:
+        notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(ignored)}")
     if args.batch_size > len(prompts):
         notes.append(f"batch_size {args.batch_size} > {len(prompts)} prompts: prompts are repeated to fill the batch")
         prompts = (prompts * args.batch_size)[: args.batch_size]

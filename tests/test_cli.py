@@ -45,13 +45,17 @@ def test_gaudi_flag_without_gaudi(tmp_path):
     assert proc.returncode == 2 and "needs Intel Gaudi" in proc.stderr and "--emulate_hpu" in proc.stderr
     proc = run(["--device", "hpu", "--max_new_tokens", "4"], tmp_path)
     assert proc.returncode == 2 and "--emulate_hpu" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run(["--use_flash_attention", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "--emulate_hpu" in proc.stderr
+    proc = run(["--torch_compile", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "--use_hpu_graphs" in proc.stderr
 
 
 def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
     """A Gaudi command line (HPU graphs, reuse_cache, static prompt length) dry-run on CPU."""
     proc = run(["--emulate_hpu", "--use_hpu_graphs", "--reuse_cache", "--max_input_tokens", "48", "--batch_size", "2",
-                "--max_new_tokens", "10", "--n_iterations", "2", "--warmup", "0", "--output_dir", str(tmp_path / "o")],
-               tmp_path)
+                "--max_new_tokens", "10", "--n_iterations", "2", "--warmup", "0", "--output_dir", str(tmp_path / "o"),
+                "--use_flash_attention", "--trim_logits", "--attn_softmax_bf16"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "o" / "results.json").read_text())
     assert res["device"] == "hpu (emulated on CPU)"
@@ -59,6 +63,8 @@ def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
     # target: optimum-habana's own loop (prefill + decode) and ours (prefill + verify), whatever the iterations
     assert res["graph_captures"]["target"] == 4
     assert 2 <= res["graph_captures"]["assistant"] <= 4  # decode + re-feed + prefill bucket(s)
+    assert res["args"]["use_flash_attention"] is True
+    assert any("--trim_logits, --attn_softmax_bf16" in note for note in res["notes"])
 
 
 def test_quant_config_env(tmp_path):
