@@ -10,6 +10,17 @@ from pathlib import Path
 
 from . import distributed
 
+# optimum-habana flags that have nothing to do here: accepted (its command lines run unchanged), reported as no-ops
+ACCEPTED_ONLY = {
+    "flash_attention_causal_mask": "optimum-uag always passes its own mask (a verify block is not a lone prompt)",
+    "flash_attention_fast_softmax": "no effect here",
+    "trim_logits": "the engine keeps only the logits it needs",
+    "attn_softmax_bf16": "no effect here",
+    "limit_hpu_graphs": "the shapes are already bounded",
+    "bucket_internal": "the caches are allocated once",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="optimum-uag generate",
@@ -55,13 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     # optimum-habana's attention / graph knobs, so its command lines run unchanged
     p.add_argument("--use_flash_attention", action="store_true", help="Gaudi: FusedSDPA attention (our explicit mask)")
     p.add_argument("--flash_attention_recompute", action="store_true", help="Gaudi: recompute FusedSDPA in backward")
-    p.add_argument("--flash_attention_causal_mask", action="store_true",
-                   help="accepted; optimum-uag always passes its own mask (a verify block is not a lone prompt)")
-    p.add_argument("--flash_attention_fast_softmax", action="store_true", help="accepted; no effect here")
-    p.add_argument("--trim_logits", action="store_true", help="accepted; the engine keeps only the logits it needs")
-    p.add_argument("--attn_softmax_bf16", action="store_true", help="accepted; no effect here")
-    p.add_argument("--limit_hpu_graphs", action="store_true", help="accepted; the shapes are already bounded")
-    p.add_argument("--bucket_internal", action="store_true", help="accepted; the caches are allocated once")
+    for flag, why in ACCEPTED_ONLY.items():
+        p.add_argument(f"--{flag}", action="store_true", help=f"accepted; {why}")
     p.add_argument("--torch_compile", action="store_true", help="not supported (refused with the alternative)")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
     p.add_argument("--shard_assistant", action="store_true",
@@ -74,8 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 GAUDI_ONLY = ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc", "use_flash_attention",
               "flash_attention_recompute")
-ACCEPTED_ONLY = ("flash_attention_causal_mask", "flash_attention_fast_softmax", "trim_logits", "attn_softmax_bf16",
-                 "limit_hpu_graphs", "bucket_internal")
 
 
 def fail(message: str) -> None:
@@ -242,9 +246,9 @@ def run_generate(argv=None) -> dict:
                 assistant = distributed.shard(assistant, dtype, "assistant")
         except ValueError as exc:
             fail(str(exc))
-    model = maybe_quantize(model, quant_config, "QUANT_CONFIG", device)
+    model = maybe_quantize(model, quant_config, "QUANT_CONFIG")
     if assistant is not None:
-        assistant = maybe_quantize(assistant, args.assistant_quant_config, "--assistant_quant_config", device)
+        assistant = maybe_quantize(assistant, args.assistant_quant_config, "--assistant_quant_config")
     gaudi_kwargs = {}
     if on_gaudi:
         from .gaudi.device import graph_wrapped
@@ -385,10 +389,9 @@ def run_generate(argv=None) -> dict:
     if EMULATOR and args.use_hpu_graphs:  # what the emulator saw: captures per model over the whole run (warmup included)
         report["graph_captures"] = {name: n for name, n in EMULATOR[0].captures.items()
                                     if name in ("target", "assistant")}
-    if quant_config and read_kind(quant_config) == "fp8-measure":
-        from .quantization import finalize_measurements
+    from .quantization import finalize_measurements
 
-        finalize_measurements(model)
+    if finalize_measurements(model):
         notes.append("FP8 measurement dumped; rerun with QUANT_CONFIG pointing at the matching quantize config")
     if ws > 1:  # every rank decoded the same tokens (sharded target, replicated draft, same seed)
         report["ranks_agree"] = distributed.ranks_agree(last[main_name])
@@ -398,22 +401,12 @@ def run_generate(argv=None) -> dict:
     return report
 
 
-def read_kind(path: str) -> str:
-    from .quantization import quant_kind, read_quant_config
-
-    return quant_kind(read_quant_config(path))
-
-
-def maybe_quantize(model, path: str | None, flag: str, device):
+def maybe_quantize(model, path: str | None, flag: str):
     """Quantize with INC as the JSON says (FP8 measure/quantize, RTN); errors name the flag and the fix."""
     if not path:
         return model
     from .quantization import quantize_model
 
-    kind = read_kind(path)
-    if kind.startswith("fp8") and device.type != "hpu" and not json.loads(Path(path).read_text()).get("use_qdq"):
-        fail(f"{flag}={path}: FP8 on CPU needs QDQ mode; use habana_configs/quantization_config/"
-             f"maxabs_{'measure' if kind == 'fp8-measure' else 'quant'}_qdq.json (or run on Gaudi)")
     try:
         return quantize_model(model, path)
     except (OSError, ValueError, RuntimeError) as exc:

@@ -57,6 +57,12 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
     if kind.startswith("fp8"):
         from neural_compressor.torch.quantization import FP8Config, convert, prepare
 
+        device = next(model.parameters()).device
+        if device.type != "hpu" and not config.get("use_qdq"):  # INC runs FP8 off Gaudi only in QDQ mode
+            qdq = "maxabs_measure_qdq.json" if kind == "fp8-measure" else "maxabs_quant_qdq.json"
+            raise ValueError(f"FP8 on {device.type} needs QDQ mode (\"use_qdq\": true); use "
+                             f"habana_configs/quantization_config/{qdq}, or run on Gaudi")
+
         fp8 = FP8Config.from_json_file(os.fspath(config_path))
         model = prepare(model, fp8) if kind == "fp8-measure" else convert(model, fp8)
         if getattr(model, "device", None) is not None and model.device.type == "hpu":
@@ -79,9 +85,11 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
     return model
 
 
-def finalize_measurements(model: torch.nn.Module) -> None:
-    """After an FP8 MEASURE run: dump the statistics (INC finalize_calibration); no-op for other models."""
-    if getattr(model, "_optimum_uag_quant", None) == "fp8-measure":
-        from neural_compressor.torch.quantization import finalize_calibration
+def finalize_measurements(model: torch.nn.Module) -> bool:
+    """After an FP8 MEASURE run: dump the statistics (INC finalize_calibration); False (no-op) for other models."""
+    if getattr(model, "_optimum_uag_quant", None) != "fp8-measure":
+        return False
+    from neural_compressor.torch.quantization import finalize_calibration
 
-        finalize_calibration(model)
+    finalize_calibration(model)
+    return True

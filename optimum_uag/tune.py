@@ -39,15 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _grid(text: str) -> list[int]:
+    from .cli import fail
+
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
-        from .cli import fail
-
         fail(f"--num_assistant_tokens must be comma-separated integers, got {text!r}")
     if not values or values[0] < 1:
-        from .cli import fail
-
         fail(f"--num_assistant_tokens values must be >= 1, got {text!r}")
     return values
 

@@ -11,6 +11,7 @@ from transformers.utils import ModelOutput
 
 from ..cache import ModelRunner
 from ..gaudi.options import pop_gaudi_options
+from ..gaudi.runner import make_runner
 from .config import AssistedConfig, resolve_config, validate_inputs
 from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler, output_vocab_size
 from .state import DecodingState, Proposal
@@ -136,17 +137,6 @@ class Schedule:
             self.k = min(self.max_k, self.k + 2) if all_accepted else max(1, self.k - 1)
 
 
-def gaudi_runner(model, batch_size, capacity, pad, options):
-    """A GaudiModelRunner (token_idx static cache) where the model has one, else the StaticCache runner."""
-    from ..gaudi.runner import GaudiModelRunner, cache_mechanism
-
-    if cache_mechanism(model) is None:
-        return ModelRunner(model, batch_size, capacity, pad)
-    return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
-                            hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
-                            flash_attention_recompute=options.flash_attention_recompute)
-
-
 def pad_proposal(proposal: Proposal, width: int) -> Proposal:
     """Pad a proposal to `width` candidates, the extra ones invalid (static verify shape)."""
     tokens = proposal.tokens
@@ -239,7 +229,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     state = DecodingState.create(input_ids, pad, capacity, cfg.pad_token_id, cfg.max_new_tokens)
     warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
     sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
-    runner_factory = ModelRunner if gaudi is None else functools.partial(gaudi_runner, options=gaudi)
+    runner_factory = ModelRunner if gaudi is None else functools.partial(make_runner, options=gaudi)
     drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
                             runner_factory)
     verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper)

@@ -33,12 +33,17 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
 
     call = {key: kwargs.pop(key) for key in _CALL_KWARGS if key in kwargs}
     fields = {key: kwargs.pop(key) for key in _CONFIG_FIELDS if key in kwargs}
-    for source in (generation_config, getattr(model, "generation_config", None)):
-        for key in _CONFIG_FIELDS:
-            if key not in fields and getattr(source, key, None) is not None:
-                fields[key] = getattr(source, key)
-    gaudi = is_gaudi_model(model)
-    if not gaudi:
+
+    sources = (fields, generation_config, getattr(model, "generation_config", None))
+
+    def field(key: str) -> bool:  # a kwarg, else the given generation_config, else the model's
+        for source in sources:
+            value = source.get(key) if isinstance(source, dict) else getattr(source, key, None)
+            if value is not None:
+                return bool(value)
+        return False
+
+    if not is_gaudi_model(model):
         wanted = [key for key in ("lazy_mode", "hpu_graphs") if call.get(key)]
         if wanted:
             raise ValueError(
@@ -49,7 +54,7 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
     return GaudiOptions(
         lazy_mode=bool(call.get("lazy_mode", True)),
         hpu_graphs=bool(call.get("hpu_graphs", False)),
-        ignore_eos=bool(fields.get("ignore_eos", False)),
-        use_flash_attention=bool(fields.get("use_flash_attention", False)),
-        flash_attention_recompute=bool(fields.get("flash_attention_recompute", False)),
+        ignore_eos=field("ignore_eos"),
+        use_flash_attention=field("use_flash_attention"),
+        flash_attention_recompute=field("flash_attention_recompute"),
     )

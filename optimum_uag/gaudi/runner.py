@@ -5,6 +5,7 @@ import inspect
 
 import torch
 
+from ..cache import ModelRunner, local_config
 from . import device as hpu
 
 
@@ -18,9 +19,8 @@ def cache_mechanism(model) -> str | None:
 
 
 def _accepts(model, name: str) -> bool:
-    forward = getattr(model, "_uag_original_forward", None) or type(model).forward
     try:
-        return name in inspect.signature(forward).parameters
+        return name in inspect.signature(type(model).forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -93,8 +93,6 @@ class GaudiModelRunner:
             self.caches = _kv_caches(self.model)
             self.cache_shapes = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
             return
-        from ..cache import local_config
-
         config = local_config(self.model, config)  # a tensor-parallel shard holds only its own heads
         heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -193,3 +191,13 @@ class GaudiModelRunner:
         out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
                         token_idx=columns + 1, use_cache=True)
         return out.logits
+
+
+def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, options):
+    """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the
+    transformers StaticCache runner (a plain transformers model)."""
+    if cache_mechanism(model) is None:
+        return ModelRunner(model, batch_size, capacity, pad)
+    return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
+                            hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
+                            flash_attention_recompute=options.flash_attention_recompute)
