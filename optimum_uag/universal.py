@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from .cache import ModelRunner
 from .engine.draft import TokenSampler, draft_loop, output_vocab_size
 from .engine.state import DecodingState, Proposal
+from .runners.registry import make_runner
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
 WINDOW = 6  # tokens of committed context used when decoding/re-encoding (constant cost per round)
@@ -28,7 +28,7 @@ class UniversalDrafter:
 
     def __init__(self, assistant_model, tokenizer, assistant_tokenizer, state: DecodingState, capacity: int,
                  vocab_size: int, sampler: TokenSampler, confidence_threshold: float | None, cfg,
-                 runner_factory=ModelRunner):
+                 runner_factory=make_runner):
         self.target_text = TextBridge(tokenizer)
         self.draft_text = TextBridge(assistant_tokenizer)
         self.vocab_size = vocab_size
@@ -75,7 +75,7 @@ class UniversalDrafter:
         self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
         self.capacity = dcap
         self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
-        self.runner = runner_factory(assistant_model, state.batch_size, dcap, self.pad)
+        self.runner = runner_factory(assistant_model, state.batch_size, dcap, self.pad, role="assistant")
         self._round = None  # what propose() leaves for commit()
 
     @property

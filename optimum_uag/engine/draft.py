@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..cache import ModelRunner
+from ..runners.registry import make_runner
 from .state import DecodingState, Proposal
 from .verify import LogitsWarper
 
@@ -48,7 +48,7 @@ class TokenSampler:
         return token, probs, conf
 
 
-def draft_loop(runner: ModelRunner, logits: torch.Tensor, k: int, pick, positions: torch.Tensor,
+def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tensor,
                threshold: float | None, done: torch.Tensor) -> tuple[torch.Tensor, list]:
     """Draft up to k tokens autoregressively from the first next-token logits (B, V).
 
@@ -75,8 +75,8 @@ class ModelDrafter:
     """
 
     def __init__(self, assistant_model, state: DecodingState, capacity: int, vocab_size: int, sampler: TokenSampler,
-                 confidence_threshold: float | None, runner_factory=ModelRunner):
-        self.runner = runner_factory(assistant_model, state.batch_size, capacity, state.pad)
+                 confidence_threshold: float | None, runner_factory=make_runner):
+        self.runner = runner_factory(assistant_model, state.batch_size, capacity, state.pad, role="assistant")
         self.vocab_size = vocab_size
         self.sampler = sampler
         self.threshold = confidence_threshold

@@ -1,7 +1,6 @@
 """The assisted decoding loop: draft -> translate -> verify -> commit, on static-shape caches."""
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -9,9 +8,8 @@ import torch
 from transformers import GenerationConfig
 from transformers.utils import ModelOutput
 
-from ..cache import ModelRunner
-from ..gaudi.options import pop_gaudi_options
-from ..gaudi.runner import make_runner
+from ..runners import plan_for
+from ..runners.registry import make_runner
 from .config import AssistedConfig, resolve_config, validate_inputs
 from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler, output_vocab_size
 from .state import DecodingState, Proposal
@@ -66,7 +64,7 @@ class AssistedGenerateOutput(ModelOutput):
 class Verifier:
     """Verify stage: one target forward over [unprocessed committed tokens, candidates]; accept a prefix."""
 
-    def __init__(self, runner: ModelRunner, warper: LogitsWarper | None):
+    def __init__(self, runner, warper: LogitsWarper | None):
         self.runner = runner
         self.warper = warper
 
@@ -154,7 +152,7 @@ def pad_proposal(proposal: Proposal, width: int) -> Proposal:
 
 
 def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
-                  runner_factory=ModelRunner):
+                  runner_factory=make_runner):
     """Pick the draft (+translate) stage for this model pair."""
     vocab_size = output_vocab_size(model)
     if assistant_model is None:
@@ -217,9 +215,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if input_ids is None:
         raise ValueError("input_ids is required (a (batch, length) tensor of the target tokenizer's ids)")
     kwargs = dict(kwargs)
-    gaudi = pop_gaudi_options(model, kwargs, generation_config)
+    plan = plan_for(model, kwargs, generation_config)  # pops the backend's own knobs (Gaudi: lazy_mode, ...)
     cfg = resolve_config(model, assistant_model, generation_config, kwargs)
-    if gaudi is not None and gaudi.ignore_eos:
+    if plan.ignore_eos:
         cfg.eos_token_ids = ()
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
     if streamer is not None and input_ids.shape[0] > 1:
@@ -229,12 +227,12 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     state = DecodingState.create(input_ids, pad, capacity, cfg.pad_token_id, cfg.max_new_tokens)
     warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
     sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
-    runner_factory = ModelRunner if gaudi is None else functools.partial(make_runner, options=gaudi)
+    runner_factory = plan.make_runner
     drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
                             runner_factory)
     verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper)
     # static shapes (Gaudi): every round verifies the same number of candidates, padded as invalid
-    static_k = None if gaudi is None else (cfg.num_assistant_tokens if cfg.schedule == "constant"
+    static_k = None if not plan.static_verify else (cfg.num_assistant_tokens if cfg.schedule == "constant"
                                            else cfg.max_assistant_tokens)
     eos_ids = torch.tensor(cfg.eos_token_ids, device=input_ids.device) if cfg.eos_token_ids else None
     schedule, metrics = Schedule(cfg), Metrics()

@@ -1,11 +1,13 @@
 """Static-shape model runner for optimum-habana's Gaudi models: preallocated KV cache addressed by token_idx."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
 
-from ..cache import ModelRunner, local_config
+from ..runners import RunnerPlan, local_config, register_plan_hook
+from ..runners.registry import make_runner as default_runner
 from . import device as hpu
 
 
@@ -38,7 +40,7 @@ def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
 class GaudiModelRunner:
     """Runs a Gaudi model over a static KV cache of fixed shape; rows share one write column (token_idx).
 
-    Same interface as `optimum_uag.cache.ModelRunner`: `forward(tokens, start, logits_to_keep)` writes
+    Same interface as the runners of `optimum_uag.runners`: `forward(tokens, start, logits_to_keep)` writes
     `tokens` at logical slots start..start+L-1 of each row. Physically, every call appends its block at the
     shared column `token_idx` (one index_copy_ for the whole batch, as optimum-habana does), and a per-row
     map `slot_of` records which logical slot each column holds. Rollback is free: a later call with a smaller
@@ -60,7 +62,7 @@ class GaudiModelRunner:
                  flash_attention_recompute: bool = False):
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
-            raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.cache.ModelRunner")
+            raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
         self.model = model
         self.device = model.device
         self.batch_size = batch_size
@@ -193,11 +195,26 @@ class GaudiModelRunner:
         return out.logits
 
 
-def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, options):
-    """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the
-    transformers StaticCache runner (a plain transformers model)."""
+def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target", *, options):
+    """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the runner
+    its capability probe picks (a plain transformers model)."""
     if cache_mechanism(model) is None:
-        return ModelRunner(model, batch_size, capacity, pad)
+        return default_runner(model, batch_size, capacity, pad, role)
     return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
                             hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
                             flash_attention_recompute=options.flash_attention_recompute)
+
+
+def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None:
+    """The runner plan for an optimum-habana Gaudi model (static verify width, token_idx caches); None otherwise.
+    Registered with optimum_uag.runners, so the engine never imports this package."""
+    from .options import pop_gaudi_options
+
+    options = pop_gaudi_options(model, kwargs, generation_config)
+    if options is None:
+        return None
+    return RunnerPlan(make_runner=functools.partial(make_runner, options=options), static_verify=True,
+                      ignore_eos=options.ignore_eos)
+
+
+register_plan_hook(gaudi_plan)

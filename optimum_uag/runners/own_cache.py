@@ -1,0 +1,119 @@
+"""The `dynamic` and `per_row` runners: the model's own cache (DynamicCache or legacy tuples), cropped on rollback."""
+from __future__ import annotations
+
+import torch
+
+from .common import LogitsKeeper, accepts
+
+
+def crop(past, columns: int, total: int):
+    """The cache cut back from `total` to its first `columns` positions (a Cache object in place; legacy tuples
+    by slicing each tensor on its sequence axis, the one of size `total`: BLOOM keeps keys as (B*H, D, S))."""
+    if hasattr(past, "crop"):
+        past.crop(columns)
+        return past
+    if isinstance(past, (tuple, list)):
+        return type(past)(crop(item, columns, total) for item in past)
+    if isinstance(past, torch.Tensor):
+        for dim in (-2, -1, 1):
+            if past.dim() >= 3 and past.shape[dim] == total:
+                return past.narrow(dim, 0, columns)
+        raise NotImplementedError(f"cannot find the sequence axis of a cache tensor of shape {tuple(past.shape)}")
+    raise NotImplementedError(f"cannot roll back a cache of type {type(past).__name__}")
+
+
+class OwnCacheRunner:
+    """Runs a model on its own cache. Blocks are appended at shared physical columns; a per-row map `slot_of`
+    records which logical slot each column holds (-1: rejected, a hole). Each forward hides the row's columns at
+    or after `start` (rollback), crops the columns no row needs any more (as transformers' assisted generation
+    crops), and passes a 2D mask that is 0 on padding and holes, with explicit position ids per row."""
+
+    kind = "dynamic"
+
+    def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor):
+        if not (accepts(model, "past_key_values") or accepts(model, "past")):
+            raise NotImplementedError(f"{type(model).__name__}.forward takes no past_key_values")
+        self.model = model
+        self.device = model.device
+        self.pad = pad_lengths.to(self.device)
+        self.slot_of = torch.empty(batch_size, 0, dtype=torch.long, device=self.device)
+        self.past = None
+        self.keep = LogitsKeeper(model)
+        self.positions = accepts(model, "position_ids")
+        self.past_name = "past_key_values" if accepts(model, "past_key_values") else "past"
+        self.shapes: set[tuple[int, int]] = set()
+        self.calls = 0
+
+    def _rollback(self, start: torch.Tensor) -> None:
+        slot_of = self.slot_of.masked_fill(self.slot_of >= start[:, None], -1)
+        live = (slot_of >= 0).any(0).nonzero()
+        columns = int(live[-1]) + 1 if live.numel() else 0
+        if columns < slot_of.shape[1] and self.past is not None:
+            self.past = crop(self.past, columns, slot_of.shape[1]) if columns else None
+            slot_of = slot_of[:, :columns]
+        self.slot_of = slot_of
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32)."""
+        batch, length = tokens.shape
+        self.shapes.add((batch, length))
+        self.calls += 1
+        self._rollback(start)
+        slots = start[:, None] + torch.arange(length, device=self.device)
+        self.slot_of = torch.cat([self.slot_of, slots], 1)
+        kwargs = dict(input_ids=tokens, attention_mask=(self.slot_of >= self.pad[:, None]).long(), use_cache=True,
+                      **self.keep.kwargs(logits_to_keep))
+        if self.positions:  # padded slots get position 0: absolute position tables have no negative rows
+            kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
+        if self.past is not None:
+            kwargs[self.past_name] = self.past
+        out = self.model(**kwargs)
+        past = getattr(out, "past_key_values", None)
+        if past is None:
+            raise NotImplementedError(f"{type(self.model).__name__} returned no past_key_values")
+        self.past = past
+        return self.keep(out.logits, logits_to_keep).float()
+
+
+class PerRowRunner:
+    """One OwnCacheRunner per row (batch 1, no left padding, so no holes: every rollback is a crop). For models whose positions or masks cannot express padding or holes; costs one forward per row."""
+
+    kind = "per_row"
+
+    def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor):
+        self.pad = pad_lengths.tolist()
+        self.rows = [OwnCacheRunner(model, 1, max_len, torch.tensor([p], device=model.device)) for p in self.pad]
+        self.shapes: set[tuple[int, int]] = set()
+
+    @property
+    def calls(self) -> int:
+        return sum(r.calls for r in self.rows)
+
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        batch, length = tokens.shape
+        self.shapes.add((batch, length))
+        outs = []
+        for b, (runner, pad, s) in enumerate(zip(self.rows, self.pad, start.tolist())):
+            skip = max(0, pad - s)  # the row's padding is never written
+            logits = runner.forward(tokens[b : b + 1, skip:], start[b : b + 1] + skip, logits_to_keep)
+            want = logits_to_keep or length
+            if logits.shape[1] < want:  # padded positions: no logits (never read)
+                logits = torch.nn.functional.pad(logits, (0, 0, want - logits.shape[1], 0))
+            outs.append(logits)
+        return torch.cat(outs, 0)
+
+
+class StepwiseRunner(PerRowRunner):
+    """Per-row runners that feed every block after the prompt one token at a time: exactly the model's own
+    generate() loop, for models whose multi-token forwards over a cache differ from it (GIT, chunked attention).
+    The slowest runner (a verify costs k + 1 forwards); chosen only when nothing faster reproduces the model."""
+
+    kind = "stepwise"
+
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        if all(r.past is None for r in self.rows) or tokens.shape[1] == 1:
+            return super().forward(tokens, start, logits_to_keep)
+        length = tokens.shape[1]
+        outs = [super(StepwiseRunner, self).forward(tokens[:, i : i + 1], start + i, 1) for i in range(length)]
+        return torch.cat(outs[length - (logits_to_keep or length):], 1)

@@ -1,0 +1,149 @@
+"""Pick a runner per model by capability (a short probe against the model's own forward), once per model;
+backends (Gaudi) register plan hooks that take over the models they own."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .common import accepts
+from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
+from .static import StaticCacheRunner
+
+# In order of preference: fixed shapes first, then the model's own cache, then one row (and token) at a time.
+RUNNERS = {"static": StaticCacheRunner, "dynamic": OwnCacheRunner, "per_row": PerRowRunner,
+           "stepwise": StepwiseRunner}
+_ATTR = "_optimum_uag_runner"
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return {torch.float64: 1e-7, torch.float32: 1e-4}.get(dtype, 3e-2)
+
+
+def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """Logits as the model's own generate() computes them: the prompt in one forward, then one token at a time
+    on the model's own cache."""
+    positions = torch.arange(seq.shape[1], device=seq.device)[None]  # generate() passes them where accepted
+    extra = (lambda lo, hi: {"position_ids": positions[:, lo:hi]}) if accepts(model, "position_ids") else (lambda lo, hi: {})
+    out = model(input_ids=seq[:, :prompt_len], use_cache=True, **extra(0, prompt_len))
+    logits, past = [out.logits[0]], out.past_key_values
+    for i in range(prompt_len, seq.shape[1]):
+        out = model(input_ids=seq[:, i : i + 1], past_key_values=past, use_cache=True, **extra(i, i + 1),
+                    attention_mask=torch.ones(1, i + 1, dtype=torch.long, device=seq.device))
+        logits.append(out.logits[0])
+        past = out.past_key_values
+    return torch.cat(logits).float()
+
+
+def _probe(model, cls) -> str | None:
+    """Run a left-padded batch of 2 through a runner with a rollback that leaves a hole in one row, and compare
+    every logit with what the model's own generate() loop computes for each row. None when they agree, else what went wrong."""
+    config = model.config
+    vocab = min(int(getattr(config, "vocab_size", 0) or 0) or 32, 1 << 15)
+    # no special tokens: some models derive positions from where the pad token is (RoBERTa-style decoders)
+    special = {getattr(config, n, None) for n in ("pad_token_id", "bos_token_id", "eos_token_id")}
+    normal = torch.tensor([i for i in range(min(vocab, 64)) if i not in special] or [0])
+    gen = torch.Generator().manual_seed(0)
+    ids = lambda *shape: normal[torch.randint(0, len(normal), shape, generator=gen)].to(model.device)  # noqa: E731
+    prompt, block1, block2, block3 = ids(2, 7), ids(2, 3), ids(2, 2), ids(2, 1)
+    pad = torch.tensor([0, 2], device=model.device)
+    # (tokens, start per row, how many of the block each row keeps)
+    steps = [(prompt, [0, 0], [7, 7]), (block1, [7, 7], [1, 0]), (block2, [8, 7], [2, 2]), (block3, [10, 9], [1, 1])]
+    try:
+        runner = cls(model, 2, 16, pad)
+        got = [runner.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
+    except Exception as err:  # noqa: BLE001 - any failure means "not this runner"
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    for row in range(2):
+        seq, pairs = [], []  # the row's logical sequence, and (step, column) of each real token's logits
+        for step, (tokens, _, keep) in enumerate(steps):
+            first = int(pad[row]) if step == 0 else 0
+            for col in range(first, tokens.shape[1]):
+                pairs.append((step, col, len(seq) if col < keep[row] else None))
+                if col < keep[row]:
+                    seq.append(tokens[row, col])
+        try:
+            ref = _own_generate_logits(model, torch.stack(seq)[None], 7 - int(pad[row]))
+        except Exception as err:  # noqa: BLE001
+            return f"reference forward failed: {type(err).__name__}"
+        # rejected tokens were computed after the same prefix as the next kept one would be: check kept ones
+        for step, col, pos in pairs:
+            if pos is None:
+                continue
+            a, b = got[step][row, col], ref[pos]
+            if not torch.allclose(a, b, rtol=_tolerance(model.dtype), atol=_tolerance(model.dtype) * (1 + float(b.abs().max()))):
+                return f"logits differ from the model's own forward (max diff {float((a - b).abs().max()):.3g})"
+    return None
+
+
+def select_runner(model, strict: bool = True) -> str:
+    """The runner kind for `model`: the first in RUNNERS whose probe matches the model's own forward; cached.
+
+    strict=False (a draft): when none matches (a draft quantized with dynamic activation scales, a test
+    double), the first that runs. Raises ValueError naming the model class when nothing fits."""
+    cached = model.__dict__.get(_ATTR)
+    if cached is not None and (cached[1] or not strict):
+        return cached[0]
+    config = getattr(model, "config", None)
+    name = type(model).__name__
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{name} is an encoder-decoder model; optimum-uag runs decoder-only causal LMs "
+                         "(AutoModelForCausalLM) as target and assistant")
+    failures, runs = {}, None
+    with torch.inference_mode():
+        for kind, cls in RUNNERS.items():
+            failures[kind] = _probe(model, cls)
+            if failures[kind] is None:
+                model.__dict__[_ATTR] = (kind, True)
+                return kind
+            if runs is None and failures[kind].startswith(("logits differ", "reference")):
+                runs = kind  # it ran; only its numbers disagree
+    if not strict and runs is not None:
+        model.__dict__[_ATTR] = (runs, False)
+        return runs
+    detail = "; ".join(f"{kind}: {why}" for kind, why in failures.items())
+    raise ValueError(
+        f"{name} cannot be run by optimum-uag: no runner reproduces its own forward with a rolled-back cache "
+        f"({detail}). Target and assistant must be decoder-only transformers whose KV cache can be cut back "
+        "(recurrent / state-space models cannot); use model.generate() without an assistant for this model"
+    )
+
+
+def runner_kind(model) -> str | None:
+    """The runner kind chosen for `model` so far (None before its first assisted call)."""
+    cached = model.__dict__.get(_ATTR)
+    return cached[0] if cached else None
+
+
+def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target"):
+    """A runner for one model on CPU/CUDA, of the kind its capability probe chose."""
+    kind = select_runner(model, strict=role == "target")
+    return RUNNERS[kind](model, batch_size, capacity, pad)
+
+
+@dataclass
+class RunnerPlan:
+    """How one assisted call runs its models: the runner factory, fixed verify width, and EOS handling."""
+
+    make_runner: Callable = make_runner  # (model, batch_size, capacity, pad, role=...) -> runner
+    static_verify: bool = False  # pad every proposal to a fixed width (graph-compiled backends)
+    ignore_eos: bool = False
+
+
+_HOOKS: list[Callable] = []
+
+
+def register_plan_hook(hook: Callable) -> None:
+    """hook(model, kwargs, generation_config) -> RunnerPlan | None; it pops the kwargs it owns. Idempotent."""
+    if hook not in _HOOKS:
+        _HOOKS.append(hook)
+
+
+def plan_for(model, kwargs: dict, generation_config=None) -> RunnerPlan:
+    """The first registered backend's plan for this model, else the CPU/CUDA plan."""
+    for hook in _HOOKS:
+        plan = hook(model, kwargs, generation_config)
+        if plan is not None:
+            return plan
+    return RunnerPlan()

@@ -1,0 +1,132 @@
+"""The `static` runner: a transformers StaticCache with per-row write positions, explicit positions and masks."""
+from __future__ import annotations
+
+import copy
+import inspect
+
+import torch
+from transformers import PreTrainedModel, StaticCache
+
+from .common import LogitsKeeper, accepts, text_config
+
+
+class RowStaticCache(StaticCache):
+    """A transformers StaticCache whose writes go to per-row slots.
+
+    Rows of a batch accept different numbers of tokens per round, so each row has its own write position.
+    Before every forward the runner sets `slots` (batch, length); `update` scatters the new keys/values there.
+    Rejected tokens are never deleted: the row's length is rewound and the stale slots are masked, then
+    overwritten (the gpt-fast model of rollback).
+    """
+
+    slots: torch.Tensor | None = None
+
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+        layer = self.layers[layer_idx]
+        index = self.slots[:, None, :, None].expand(-1, key_states.shape[1], -1, key_states.shape[-1])
+        layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
+        layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
+        return layer.keys, layer.values
+
+
+def local_config(model: PreTrainedModel, config):
+    """The config as this process's shard sees it: tensor parallelism (DeepSpeed AutoTP) splits the key/value
+    heads across ranks, so the cache holds the local ones (read from the k_proj shard)."""
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if not heads or not getattr(config, "hidden_size", None):
+        return config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    for name, module in model.named_modules():
+        if name.endswith("k_proj"):
+            rows = getattr(module, "out_features", None)
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+                rows = weight.shape[0]
+            if rows and rows // head_dim != kv_heads:
+                local = copy.copy(config)
+                local.num_key_value_heads = rows // head_dim
+                local.num_attention_heads = heads * local.num_key_value_heads // kv_heads
+                local.head_dim = head_dim
+                return local
+            break
+    return config
+
+
+def _takes_mask_per_layer_type(model) -> bool:
+    """True when the model accepts {layer_type: 4D mask} as attention_mask (transformers' hybrid-attention
+    models: Gemma 2/3, Qwen2/3, Cohere2, GPT-OSS, SmolLM3, ...)."""
+    base = getattr(model, "base_model", model)
+    try:
+        source = inspect.getsource(type(base).forward)
+    except (OSError, TypeError):
+        return False
+    return "causal_mask_mapping := attention_mask, dict" in source
+
+
+def attention_windows(model) -> dict[str, int | None]:
+    """{layer type: sliding window or None} for the attention layers of this model."""
+    config = text_config(model)
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False:
+        window = None
+    types = set(getattr(config, "layer_types", None) or [])
+    if not types:
+        return {"all": window}
+    if types - {"full_attention", "sliding_attention"}:
+        raise NotImplementedError(f"layer types {sorted(types)} (only full/sliding attention have explicit masks here)")
+    return {t: (window if t == "sliding_attention" else None) for t in types}
+
+
+class StaticCacheRunner:
+    """Runs one causal LM over a static per-row KV cache; positions and the 4D mask are passed explicitly."""
+
+    kind = "static"
+
+    def __init__(self, model: PreTrainedModel, batch_size: int, max_len: int, pad_lengths: torch.Tensor):
+        self.model = model
+        self.device = model.device
+        self.windows = attention_windows(model)
+        if len(self.windows) > 1 and not _takes_mask_per_layer_type(model):  # one 4D mask cannot serve both
+            raise NotImplementedError("mixed full/sliding attention layers without per-layer-type masks")
+        config = local_config(model, text_config(model))
+        self.cache = RowStaticCache(
+            config=config, max_batch_size=batch_size, max_cache_len=max_len, device=self.device, dtype=model.dtype
+        )
+        self.max_len = max_len
+        self.pad = pad_lengths.to(self.device)  # (B,) left-padding slots of each row: never attended
+        self.key_slots = torch.arange(max_len, device=self.device)
+        self.mask_value = torch.finfo(model.dtype).min
+        self.keep = LogitsKeeper(model)
+        self.extra = {name: True for name in ("use_cache", "return_dict") if accepts(model, name)}
+        self.positions = accepts(model, "position_ids")
+        self.cache_position = accepts(model, "cache_position")
+        self.shapes: set[tuple[int, int]] = set()
+        self.calls = 0
+
+    def _mask(self, slots: torch.Tensor, window: int | None) -> torch.Tensor:
+        # key slot j is visible to query (b, i) iff pad_b <= j <= slot_bi (and slot_bi - j < window)
+        visible = (self.key_slots >= self.pad[:, None, None]) & (self.key_slots <= slots[:, :, None])
+        if window is not None and window < self.max_len:
+            visible &= self.key_slots > slots[:, :, None] - window
+        mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
+        return mask.masked_fill_(~visible, self.mask_value)[:, None]
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """Write `tokens` (B, L) at slots start..start+L-1 of each row; return logits (float32)."""
+        batch, length = tokens.shape
+        self.shapes.add((batch, length))
+        self.calls += 1
+        offsets = torch.arange(length, device=self.device)
+        slots = start[:, None] + offsets  # (B, L)
+        self.cache.slots = slots
+        masks = {kind: self._mask(slots, window) for kind, window in self.windows.items()}
+        kwargs = dict(input_ids=tokens, attention_mask=next(iter(masks.values())) if len(masks) == 1 else masks,
+                      past_key_values=self.cache, **self.extra, **self.keep.kwargs(logits_to_keep))
+        if self.positions:  # padded slots get position 0: absolute position tables have no negative rows
+            kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
+        if self.cache_position:
+            kwargs["cache_position"] = offsets
+        out = self.model(**kwargs)
+        return self.keep(out.logits, logits_to_keep).float()

@@ -1,0 +1,85 @@
+"""Coverage: every decoder-only architecture transformers registers, tiny and random, against its own generate().
+
+For each model_type of MODEL_FOR_CAUSAL_LM_MAPPING (plus a few variants with other code paths): greedy ids with
+(a) a draft of the same architecture, (b) a Llama draft sharing the vocabulary, (c) a draft of the same
+architecture with a different tokenizer (UAG), batch 1 and a left-padded batch of 2, must equal the target's own
+`model.generate()` of each prompt alone. Architectures transformers cannot build tiny or generate with are
+skipped with the reason; architectures optimum-uag refuses must be refused with a clear ValueError, and only where
+transformers' own assisted generation fails too (its count is the floor).
+"""
+import warnings
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.runners import runner_kind
+from optimum_uag.testing.architectures import Unbuildable, causal_lm_types, tiny_model
+
+from helpers import byte_level_bpe, pad_batch, sentencepiece_bpe, tiny_llama
+
+TEXTS = ["def add(a, b):\n    return", "café = 'naïve'"]
+NEW = 10
+
+
+def _target_only(model, ids):
+    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=NEW,
+                          min_new_tokens=NEW)
+
+
+def _build(model_type, vocab, seed):
+    """float64 (no argmax ties), else float32 where transformers' own generate() cannot run in float64."""
+    last = None
+    for dtype in (torch.float64, torch.float32):
+        model = tiny_model(model_type, vocab, seed, dtype=dtype)
+        try:
+            _target_only(model, torch.tensor([[5, 6, 7]]))
+            return model
+        except Exception as err:  # noqa: BLE001
+            last = err
+    pytest.skip(f"transformers cannot generate with tiny {model_type}: {type(last).__name__}: {str(last)[:120]}")
+
+
+def _hf_assisted_ok(target, draft, ids) -> bool:
+    try:
+        out = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
+                              do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW)
+    except Exception:  # noqa: BLE001
+        return False
+    return torch.equal(out, _target_only(target, ids))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", causal_lm_types())
+def test_architecture_greedy_matches_target(model_type):
+    warnings.filterwarnings("ignore")
+    tok, dtok = byte_level_bpe(), sentencepiece_bpe()
+    try:
+        target = _build(model_type, len(tok), 0)
+        same = tiny_model(model_type, len(tok), 1, dtype=target.dtype)
+        cross = tiny_model(model_type, len(dtok), 2, dtype=target.dtype)
+    except Unbuildable as err:
+        pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
+    llama = tiny_llama(len(tok), 3).to(target.dtype)
+    ids, mask = pad_batch(tok, TEXTS)
+    rows = [ids[b, int((mask[b] == 0).sum()):][None] for b in range(len(TEXTS))]
+    refs = [_target_only(target, r)[0, r.shape[1]:] for r in rows]
+    drafts = {"same-arch": (same, {}), "llama": (llama, {}),
+              "uag": (cross, dict(tokenizer=tok, assistant_tokenizer=dtok))}
+    try:
+        assisted_generate(target, llama, rows[0], max_new_tokens=2)
+    except ValueError as err:
+        assert "cannot be run by optimum-uag" in str(err) and type(target).__name__ in str(err)
+        assert not _hf_assisted_ok(target, same, rows[0]), f"transformers runs {model_type} assisted; we refuse: {err}"
+        return
+    for name, (draft, kwargs) in drafts.items():
+        for inputs, attention in ((rows[0], None), (ids, mask)):
+            out = assisted_generate(target, draft, inputs, attention, max_new_tokens=NEW, num_assistant_tokens=3,
+                                    **kwargs).sequences
+            for b in range(inputs.shape[0]):
+                if torch.equal(out[b, inputs.shape[1]:], refs[b]):
+                    continue
+                where = (model_type, name, tuple(inputs.shape), runner_kind(target), runner_kind(draft))
+                if name != "uag" and not _hf_assisted_ok(target, draft, rows[b]):
+                    pytest.xfail(f"{where}: transformers' own assisted generation does not reproduce it either")
+                raise AssertionError(f"{where}: output differs from the target's own generate()")
