@@ -61,26 +61,63 @@ class UniversalDrafter:
                 warn_once("roundtrip", "the assistant tokenizer does not reproduce the prompt text exactly "
                           f"({text[:40]!r}...); drafts may be accepted less often (output stays exact)")
                 break
-        # left-pad to a multiple of 16 so prompts of similar length share one prefill shape (one HPU graph)
-        longest = -(-max(len(e) for e in enc) // PROMPT_BUCKET) * PROMPT_BUCKET
-        pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else 0
-        self.prompt_len = longest
-        self.draft_pad = [longest - len(e) for e in enc]
-        dcap = longest + 4 * (cfg.max_new_tokens + cfg.max_assistant_tokens) + self.refeed_width + 8
-        self.host = [[pad_id] * pad + list(e) for pad, e in zip(self.draft_pad, enc)]
-        self.tokens = torch.full((state.batch_size, dcap), pad_id, dtype=torch.long, device=device)
-        self.tokens[:, :longest] = torch.tensor(self.host, device=device)
-        self.length = [longest] * state.batch_size  # committed draft tokens (their text == target text[:synced])
-        self.processed = [0] * state.batch_size  # draft tokens whose KV entries are valid
+        start = self._start_token(assistant_tokenizer)
+        enc = [e if e else [start] for e in enc]  # a BOS-only target prompt has no text: start from a special token
+        self.pad_id = assistant_tokenizer.pad_token_id if assistant_tokenizer.pad_token_id is not None else start
+        self.model, self.runner_factory = assistant_model, runner_factory
+        self.margin = cfg.max_assistant_tokens + self.refeed_width + 2  # slots one round may need past the end
+        # Size the buffer from what this prompt costs in draft tokens per target token (a byte-level draft may
+        # spend 4 per character); when it still fills up, the window slides (never an error).
+        ratio = max(len(e) / max(1, len(r) - p) for e, r, p in zip(enc, self.target_host, self.target_pad))
+        self.capacity = -(-(max(len(e) for e in enc) + int(max(2.0, 1.5 * ratio) * (cfg.max_new_tokens + 8))
+                            + self.margin) // PROMPT_BUCKET) * PROMPT_BUCKET
+        limit = getattr(assistant_model.config, "max_position_embeddings", None)
+        self.max_positions = limit if isinstance(limit, int) and limit > 0 else None
         self.synced = [state.prompt_len] * state.batch_size  # target tokens mirrored in the draft
-        self.capacity = dcap
-        self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
-        self.runner = runner_factory(assistant_model, state.batch_size, dcap, self.pad, role="assistant")
+        self.slides = 0
+        self._shapes: set = set()
+        self._reset([list(e) for e in enc], device)
         self._round = None  # what propose() leaves for commit()
+
+    @staticmethod
+    def _start_token(assistant_tokenizer) -> int:
+        """A token to start the draft from when a row has no text yet: its BOS, else EOS, else pad, else 0."""
+        for tid in (assistant_tokenizer.bos_token_id, assistant_tokenizer.eos_token_id, assistant_tokenizer.pad_token_id):
+            if tid is not None:
+                return tid
+        return 0
+
+    def _reset(self, rows: list[list[int]], device) -> None:
+        """(Re)start the draft from these committed tokens per row: left-padded to a bucket, fresh cache.
+
+        Used at the start and whenever a row would run past the buffer or the draft's max_position_embeddings:
+        then each row keeps its latest tokens (the window slides); the target's output never depends on it."""
+        room = self.capacity - self.margin - 1
+        if self.max_positions is not None:
+            room = min(room, self.max_positions - self.margin - 1)
+        if room < 2:
+            raise ValueError(f"the assistant's max_position_embeddings ({self.max_positions}) leaves no room to draft "
+                             f"{self.margin - self.refeed_width - 2} tokens; lower num_assistant_tokens")
+        keep = room // 2 if self.slides else room  # after a slide, half the room stays free for what follows
+        rows = [r[-keep:] for r in rows]
+        longest = min(self.capacity - self.margin, -(-max(len(r) for r in rows) // PROMPT_BUCKET) * PROMPT_BUCKET)
+        self.prompt_len = longest
+        self.draft_pad = [longest - len(r) for r in rows]
+        self.host = [[self.pad_id] * pad + r for pad, r in zip(self.draft_pad, rows)]
+        self.tokens = torch.full((len(rows), self.capacity), self.pad_id, dtype=torch.long, device=device)
+        self.tokens[:, :longest] = torch.tensor(self.host, device=device)
+        self.length = [longest] * len(rows)  # committed draft tokens (their text == target text[:synced])
+        self.processed = [0] * len(rows)  # draft tokens whose KV entries are valid
+        self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
+        if getattr(self, "runner", None) is not None:
+            self._shapes |= self.runner.shapes
+        self.runner = self.runner_factory(self.model, len(rows), self.capacity, self.pad, role="assistant")
+        self.limits = [self.capacity - self.margin if self.max_positions is None
+                       else min(self.capacity, p + self.max_positions) - self.margin for p in self.draft_pad]
 
     @property
     def shapes(self):
-        return self.runner.shapes
+        return self._shapes | self.runner.shapes
 
     # ------------------------------------------------------------------------------------------ draft
     def _catch_up(self) -> torch.Tensor:
@@ -255,11 +292,12 @@ class UniversalDrafter:
                 cont = self.draft_text.continuations([self._draft_window(b, base - back)], [text])[0]
                 if cont is not None:
                     base -= back
-            if base + len(cont) + self.refeed_width + 2 >= self.capacity:
-                raise RuntimeError("the assistant's token buffer is full; lower max_new_tokens")
-            if cont:
+            if cont and base + len(cont) <= self.capacity:
                 self.tokens[b, base : base + len(cont)] = torch.tensor(cont, device=self.tokens.device)
             self.host[b][base:] = cont
             self.length[b] = base + len(cont)
             self.processed[b] = min(self.processed[b], base)
         self._round = None
+        if any(ln >= lim for ln, lim in zip(self.length, self.limits)):  # slide the window (rare)
+            self.slides += 1
+            self._reset([h[p:ln] for h, p, ln in zip(self.host, self.draft_pad, self.length)], self.tokens.device)

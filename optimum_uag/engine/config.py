@@ -170,12 +170,6 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
                 f"assistant_model is on {assistant_model.device} but the model is on {device}; "
                 f"move it with assistant_model.to('{device}')"
             )
-        alimit = getattr(assistant_model.config, "max_position_embeddings", None)
-        if alimit is not None and input_ids.shape[1] + cfg.max_new_tokens > alimit:
-            raise ValueError(
-                f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the assistant's "
-                f"max_position_embeddings={alimit}; use a shorter prompt or lower max_new_tokens"
-            )
     return input_ids, attention_mask
 
 

@@ -77,11 +77,17 @@ class ModelDrafter:
     def __init__(self, assistant_model, state: DecodingState, capacity: int, vocab_size: int, sampler: TokenSampler,
                  confidence_threshold: float | None, runner_factory=make_runner):
         self.runner = runner_factory(assistant_model, state.batch_size, capacity, state.pad, role="assistant")
+        limit = getattr(assistant_model.config, "max_position_embeddings", None)
+        # a draft with fewer positions than this call needs stops drafting there (the target goes on alone)
+        self.limit = limit if isinstance(limit, int) and 0 < limit < capacity else None
         self.vocab_size = vocab_size
         self.sampler = sampler
         self.threshold = confidence_threshold
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
+        if self.limit is not None and int((state.length - state.pad).max()) + k > self.limit:
+            last = state.window(state.length - 1, 1)
+            return Proposal(tokens=last, valid=torch.zeros_like(last, dtype=torch.bool))
         if state.round == 0:
             start, width = torch.zeros_like(state.length), state.prompt_len
         else:

@@ -9,22 +9,29 @@ import torch
 
 @lru_cache(maxsize=None)
 def _params(cls) -> frozenset:
-    try:
-        params = inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        return frozenset()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return frozenset(params) | {"**kwargs"}
-    return frozenset(params)
+    """Named forward parameters; a subclass whose forward is only (*args, **kwargs) (a wrapper that calls
+    super().forward) takes those of the first base class that names them."""
+    for klass in cls.__mro__:
+        forward = klass.__dict__.get("forward")
+        if forward is None:
+            continue
+        try:
+            params = inspect.signature(forward).parameters
+        except (TypeError, ValueError):
+            return frozenset()
+        named = {n for n, p in params.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"}
+        if named:
+            return frozenset(named)
+    return frozenset()
 
 
 def forward_params(model) -> frozenset:
-    """Names of the keyword arguments `model.forward` takes ("**kwargs" when it takes any)."""
+    """Names of the keyword arguments `model.forward` takes."""
     return _params(type(model))
 
 
 def accepts(model, name: str) -> bool:
-    """True when `model.forward` names `name` explicitly (a bare **kwargs does not count)."""
+    """True when `model.forward` names `name` (a bare **kwargs does not count)."""
     return name in forward_params(model)
 
 
