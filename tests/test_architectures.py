@@ -83,3 +83,27 @@ def test_architecture_greedy_matches_target(model_type):
                 if name != "uag" and not _hf_assisted_ok(target, draft, rows[b]):
                     pytest.xfail(f"{where}: transformers' own assisted generation does not reproduce it either")
                 raise AssertionError(f"{where}: output differs from the target's own generate()")
+
+
+# ------------------------------------------------------------------------------------------ sampling
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type,kind", [("gpt2", "static"), ("ctrl", "dynamic"), ("bloom", "per_row"),
+                                             ("git", "stepwise")])
+def test_speculative_sampling_matches_target_on_every_runner_kind(model_type, kind):
+    """One chi-square test per runner kind: the first two sampled tokens follow the target's own distribution."""
+    from test_engine import _chi2, _joint_first_two
+    from optimum_uag.engine.verify import LogitsWarper
+
+    vocab, n = 6, 2000
+    target, draft = tiny_model(model_type, vocab, 0), tiny_model(model_type, vocab, 1)
+    prompt = torch.tensor([[3, 4, 5, 3]])
+    with torch.no_grad():  # a temperature that makes the target's next-token distribution peaked, not deterministic
+        temperature = float(target(prompt).logits[0, -1].std()) / 1.5
+    expected = _joint_first_two(target, prompt, LogitsWarper(temperature))
+    torch.manual_seed(7)
+    out = assisted_generate(target, draft, prompt.repeat(n, 1), max_new_tokens=2, do_sample=True, top_k=0,
+                            temperature=temperature, num_assistant_tokens=3)
+    assert runner_kind(target) == kind
+    samples = (out.sequences[:, 4] * vocab + out.sequences[:, 5]).numpy()
+    assert _chi2(samples, expected, n) > 0.01
+    assert out.metrics.accepted_tokens > 0
