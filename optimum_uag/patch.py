@@ -27,11 +27,6 @@ def _make_generate(original):
         if not _wants_engine(assistant_model, generation_config, kwargs):
             return original(self, inputs, generation_config, logits_processor, stopping_criteria,
                             prefix_allowed_tokens_fn, synced_gpus, assistant_model, streamer, **kwargs)
-        if logits_processor or prefix_allowed_tokens_fn is not None:
-            raise ValueError(
-                "custom logits_processor / prefix_allowed_tokens_fn are not supported with an assistant by optimum-uag; "
-                "call optimum_uag.disable() to use transformers' own assisted generation"
-            )
         input_ids = inputs if inputs is not None else kwargs.pop("input_ids", None)
         kwargs.pop("token_type_ids", None)  # tokenizers return it; decoder-only models ignore it
         attention_mask = kwargs.pop("attention_mask", None)
@@ -40,7 +35,8 @@ def _make_generate(original):
         out = assisted_generate(
             self, assistant_model, input_ids, attention_mask, tokenizer=tokenizer,
             assistant_tokenizer=assistant_tokenizer, generation_config=generation_config, streamer=streamer,
-            stopping_criteria=stopping_criteria, **kwargs,
+            stopping_criteria=stopping_criteria, logits_processor=logits_processor,
+            prefix_allowed_tokens_fn=prefix_allowed_tokens_fn, **kwargs,
         )
         _LAST["metrics"] = out.metrics
         wants_dict = kwargs.get("return_dict_in_generate")

@@ -98,7 +98,7 @@ def main() -> None:
         "| architecture | optimum-uag runner | batches | optimum-habana Gaudi class | transformers assisted (batch 1) | note |",
         "|---|---|---|---|---|---|",
     ]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(" ".join(cell.replace("|", "/").split()) for cell in r) + " |" for r in rows]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}: {len(ok)}/{len(ran)} reproduced (transformers assisted: {len(hf_ok)})")
 

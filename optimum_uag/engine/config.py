@@ -11,16 +11,13 @@ SCHEDULES = ("constant", "heuristic", "confidence")
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 # transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
 _HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
-# Knobs whose effect this engine does not reproduce: refused unless left at their neutral value.
+# Knobs whose effect this engine does not reproduce: refused unless left at their neutral value. (Logits
+# processors such as repetition_penalty, min_new_tokens, bad_words_ids, sequence_bias, stop_strings, scores and
+# num_return_sequences are supported: engine/processors.py.) transformers' assisted generation refuses these too.
 _NEUTRAL = {
-    "num_beams": 1, "num_return_sequences": 1, "repetition_penalty": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0, "diversity_penalty": 0.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
-    "bad_words_ids": None, "force_words_ids": None, "constraints": None, "forced_bos_token_id": None,
-    "forced_eos_token_id": None, "exponential_decay_length_penalty": None, "suppress_tokens": None,
-    "begin_suppress_tokens": None, "sequence_bias": None, "guidance_scale": None, "min_p": None,
-    "num_beam_groups": 1, "stop_strings": None, "max_time": None, "dola_layers": None, "penalty_alpha": None,
-    "watermarking_config": None, "min_length": 0, "min_new_tokens": None, "output_scores": False,
-    "output_logits": False, "output_attentions": False, "output_hidden_states": False, "token_healing": False,
+    "num_beams": 1, "diversity_penalty": 0.0, "encoder_no_repeat_ngram_size": 0, "force_words_ids": None,
+    "constraints": None, "guidance_scale": None, "num_beam_groups": 1, "dola_layers": None, "penalty_alpha": None,
+    "output_attentions": False, "output_hidden_states": False, "token_healing": False,
 }
 
 
@@ -42,6 +39,11 @@ class AssistedConfig:
     prompt_lookup_num_tokens: int | None
     max_matching_ngram_size: int
     return_dict_in_generate: bool
+    num_return_sequences: int = 1
+    output_scores: bool = False
+    output_logits: bool = False
+    stop_strings: tuple = ()
+    generation_config: GenerationConfig | None = None  # the merged config (for transformers' logits processors)
 
 
 def _check_neutral(values: dict) -> None:
@@ -49,10 +51,10 @@ def _check_neutral(values: dict) -> None:
     for key, value in values.items():
         neutral = _NEUTRAL.get(key, value)
         if value is not None and value != neutral:
-            if key in ("num_beams", "num_beam_groups"):
-                fix = "beam search is not supported with an assistant: use num_beams=1"
-            elif key == "num_return_sequences":
-                fix = "repeat the prompt in the batch instead (batches of any size are supported)"
+            if key in ("num_beams", "num_beam_groups", "diversity_penalty"):
+                fix = "beam search is not supported with an assistant (nor by transformers): use num_beams=1"
+            elif key == "penalty_alpha":
+                fix = "contrastive search is not supported with an assistant (nor by transformers): drop penalty_alpha"
             else:
                 fix = f"remove {key} or call generate() without an assistant"
             raise ValueError(f"{key}={value!r} is not supported by optimum-uag assisted generation; {fix}")
@@ -111,6 +113,12 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     temperature = float(config.temperature) if config.temperature is not None else 1.0
     if config.do_sample and temperature <= 0:
         raise ValueError(f"temperature must be > 0 when do_sample=True, got {temperature}; use do_sample=False for greedy")
+    returns = int(config.num_return_sequences or 1)
+    if returns > 1 and not config.do_sample:
+        raise ValueError(f"num_return_sequences={returns} with greedy decoding would return {returns} identical rows "
+                         "(transformers refuses it too); pass do_sample=True, or num_return_sequences=1")
+    stop = config.stop_strings
+    stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
     top_p = float(config.top_p) if config.top_p is not None else 1.0
     if config.do_sample and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
@@ -129,6 +137,11 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         prompt_lookup_num_tokens=lookup,
         max_matching_ngram_size=int(config.max_matching_ngram_size or 2),
         return_dict_in_generate=bool(config.return_dict_in_generate),
+        num_return_sequences=returns,
+        output_scores=bool(config.output_scores),
+        output_logits=bool(config.output_logits),
+        stop_strings=stop,
+        generation_config=config,
     )
 
 

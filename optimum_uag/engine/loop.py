@@ -11,6 +11,7 @@ from transformers.utils import ModelOutput
 from ..runners import plan_for
 from ..runners.registry import make_runner
 from .config import AssistedConfig, resolve_config, validate_inputs
+from .processors import TargetScorer
 from .draft import ModelDrafter, PromptLookupDrafter, TokenSampler, output_vocab_size
 from .state import DecodingState, Proposal
 from .verify import LogitsWarper, Verdict, greedy_verify, speculative_sampling
@@ -59,14 +60,23 @@ class AssistedGenerateOutput(ModelOutput):
 
     sequences: torch.Tensor = None
     metrics: Metrics = None
+    scores: tuple | None = None  # output_scores: per generated token, the target's processed scores (B, V)
+    logits: tuple | None = None  # output_logits: per generated token, the target's raw logits (B, V)
 
 
 class Verifier:
-    """Verify stage: one target forward over [unprocessed committed tokens, candidates]; accept a prefix."""
+    """Verify stage: one target forward over [unprocessed committed tokens, candidates]; accept a prefix.
 
-    def __init__(self, runner, warper: LogitsWarper | None):
+    With logits processors (`scorer`), the target's logits at each position are processed with that position's
+    prefix first, so greedy picks and the distribution verified against are those of target-only generate()."""
+
+    def __init__(self, runner, warper: LogitsWarper | None, scorer: TargetScorer | None = None,
+                 keep_scores: bool = False):
         self.runner = runner
         self.warper = warper
+        self.scorer = scorer
+        self.keep_scores = keep_scores
+        self.last = None  # (scores, logits) of the last call, when keep_scores
 
     def __call__(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
         k = proposal.tokens.shape[1]
@@ -75,12 +85,20 @@ class Verifier:
         inputs = torch.cat([state.window(start, width), proposal.tokens], dim=1)
         logits = self.runner.forward(inputs, start, logits_to_keep=k + 1)
         finite = torch.isfinite(logits).all()
+        if self.scorer is not None:
+            scores = self.scorer(state, logits, proposal.tokens)  # warpers included when sampling
+        elif self.warper is not None:
+            scores = self.warper.scores(logits)
+        else:
+            scores = logits
+        if self.keep_scores:
+            self.last = (scores, logits)
         if self.warper is None:
-            return greedy_verify(logits, proposal.tokens, proposal.valid), finite
+            return greedy_verify(scores, proposal.tokens, proposal.valid), finite
         probs = proposal.probs
         if probs is None:  # a deterministic proposal is a one-hot distribution
             probs = torch.nn.functional.one_hot(proposal.tokens, logits.shape[-1]).float()
-        verdict = speculative_sampling(self.warper.probs(logits), proposal.tokens, probs, proposal.valid)
+        verdict = speculative_sampling(torch.softmax(scores, -1), proposal.tokens, probs, proposal.valid)
         return verdict, finite
 
 
@@ -162,19 +180,18 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
     threshold = cfg.confidence_threshold if cfg.schedule == "confidence" else None
     from ..translation import same_vocabulary
 
-    if (tokenizer is None) != (assistant_tokenizer is None):
-        missing = "assistant_tokenizer" if assistant_tokenizer is None else "tokenizer"
+    if tokenizer is None and assistant_tokenizer is not None:
         raise ValueError(
-            f"{missing} is missing: pass both tokenizer= (the target's) and assistant_tokenizer= (the assistant's), "
+            "tokenizer is missing: pass both tokenizer= (the target's) and assistant_tokenizer= (the assistant's), "
             "or neither when the two models share one tokenizer"
         )
-    if tokenizer is None:
+    if assistant_tokenizer is None:  # one tokenizer for both (tokenizer= alone serves stop_strings, as in transformers)
         draft_vocab = assistant_model.config.vocab_size
         if draft_vocab != model.config.vocab_size:
             raise ValueError(
                 f"the assistant's vocabulary ({draft_vocab} tokens) differs from the model's "
-                f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= to use Universal Assisted "
-                "Generation across tokenizers"
+                f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= (assistant_tokenizer is "
+                "missing) to use Universal Assisted Generation across tokenizers"
             )
         return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory)
     if same_vocabulary(tokenizer, assistant_tokenizer):
@@ -198,18 +215,26 @@ def assisted_generate(
     generation_config: GenerationConfig | None = None,
     streamer=None,
     stopping_criteria=None,
+    logits_processor=None,
+    prefix_allowed_tokens_fn=None,
     **kwargs,
 ) -> AssistedGenerateOutput:
-    """Speculative decoding with a draft model (any tokenizer) or prompt lookup; output equals the target's own."""
+    """Speculative decoding with a draft model (any tokenizer) or prompt lookup; output equals the target's own.
+
+    Generation options mean what they mean in transformers' generate(): logits processors (repetition_penalty,
+    no_repeat_ngram_size, min_new_tokens, bad_words_ids, sequence_bias, logits_processor=...), stop_strings (with
+    tokenizer=), num_return_sequences (sampling), output_scores / output_logits."""
     with torch.inference_mode():  # ~17% less per-forward overhead than no_grad for small drafts
         out = _assisted_generate(model, assistant_model, input_ids, attention_mask, tokenizer, assistant_tokenizer,
-                                 generation_config, streamer, stopping_criteria, kwargs)
+                                 generation_config, streamer, stopping_criteria, logits_processor,
+                                 prefix_allowed_tokens_fn, kwargs)
     out.sequences = out.sequences.clone()  # an ordinary tensor, as transformers returns
     return out
 
 
 def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokenizer, assistant_tokenizer,
-                       generation_config, streamer, stopping_criteria, kwargs) -> AssistedGenerateOutput:
+                       generation_config, streamer, stopping_criteria, logits_processor, prefix_allowed_tokens_fn,
+                       kwargs) -> AssistedGenerateOutput:
     if input_ids is None:
         input_ids = kwargs.pop("inputs", None)
     if input_ids is None:
@@ -220,6 +245,10 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if plan.ignore_eos:
         cfg.eos_token_ids = ()
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
+    if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
+        input_ids = input_ids.repeat_interleave(cfg.num_return_sequences, 0)
+        attention_mask = attention_mask.repeat_interleave(cfg.num_return_sequences, 0)
+    stopping_criteria = _stopping_criteria(cfg, tokenizer, stopping_criteria)
     if streamer is not None and input_ids.shape[0] > 1:
         raise ValueError("streamer supports batch size 1 only (as in transformers); drop streamer= for batches")
     pad = (attention_mask == 0).sum(1)
@@ -230,7 +259,11 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     runner_factory = plan.make_runner
     drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
                             runner_factory)
-    verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper)
+    scorer = TargetScorer(model, cfg.generation_config, input_ids, logits_processor, prefix_allowed_tokens_fn)
+    keep_scores = cfg.output_scores or cfg.output_logits
+    verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper,
+                        scorer if scorer.needed else None, keep_scores)
+    kept: list[list] = [[] for _ in range(state.batch_size)]  # per row: (scores, logits) of each new token
     # static shapes (Gaudi): every round verifies the same number of candidates, padded as invalid
     static_k = None if not plan.static_verify else (cfg.num_assistant_tokens if cfg.schedule == "constant"
                                            else cfg.max_assistant_tokens)
@@ -249,6 +282,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         t2 = time.perf_counter()
         active = ~state.done
         n_new = commit(state, verdict, eos_ids, stopping_criteria)
+        if keep_scores:
+            for b, n in enumerate(n_new.tolist()):
+                kept[b] += [(verifier.last[0][b, j], verifier.last[1][b, j]) for j in range(n)]
         t3 = time.perf_counter()
         if hasattr(drafter, "commit"):  # translate the new target tokens back for the draft (UAG)
             drafter.commit(state, n_new)
@@ -289,4 +325,33 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     metrics.target_forwards = verifier.runner.calls
     runner = getattr(drafter, "runner", None)
     metrics.draft_forwards = runner.calls if runner is not None else 0
-    return AssistedGenerateOutput(sequences=state.sequences(), metrics=metrics)
+    out = AssistedGenerateOutput(sequences=state.sequences(), metrics=metrics)
+    if keep_scores:
+        scores, logits = _per_step(kept)
+        out.scores = scores if cfg.output_scores else None
+        out.logits = logits if cfg.output_logits else None
+    return out
+
+
+def _per_step(kept: list[list]) -> tuple[tuple, tuple]:
+    """Per-row lists of (scores, logits) -> one (B, V) tensor per generation step, as transformers returns them.
+    A row that has already finished gets zeros at later steps (transformers computes scores for its padding)."""
+    steps = max(len(row) for row in kept)
+    zero = torch.zeros_like(next(pair for row in kept for pair in row)[0])
+    return tuple(tuple(torch.stack([row[t][which] if t < len(row) else zero for row in kept]) for t in range(steps))
+                 for which in (0, 1))
+
+
+def _stopping_criteria(cfg, tokenizer, user_criteria):
+    """The user's stopping criteria plus stop_strings / max_time from the generation config (transformers')."""
+    from transformers.generation.stopping_criteria import MaxTimeCriteria, StopStringCriteria, StoppingCriteriaList
+
+    criteria = StoppingCriteriaList(user_criteria or [])
+    if cfg.stop_strings:
+        if tokenizer is None:
+            raise ValueError("stop_strings needs the target's tokenizer: pass tokenizer=... to generate() "
+                             "(as transformers requires)")
+        criteria.append(StopStringCriteria(tokenizer=tokenizer, stop_strings=list(cfg.stop_strings)))
+    if cfg.generation_config is not None and cfg.generation_config.max_time is not None:
+        criteria.append(MaxTimeCriteria(max_time=cfg.generation_config.max_time))
+    return criteria or None

@@ -20,13 +20,17 @@ class LogitsWarper:
             warpers.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
         self.warpers = warpers
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probabilities (..., V) after the warpers, in float32."""
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        """Warped scores (..., V) in float32, as transformers' sampling computes them."""
         shape = logits.shape
         flat = logits.reshape(-1, shape[-1]).float()
         if len(self.warpers):
             flat = self.warpers(None, flat)
-        return torch.softmax(flat, dim=-1).reshape(shape)
+        return flat.reshape(shape)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Probabilities (..., V) after the warpers, in float32."""
+        return torch.softmax(self.scores(logits), dim=-1)
 
 
 @dataclass

@@ -1,0 +1,51 @@
+"""Logits processors (repetition_penalty, no_repeat_ngram_size, min_new_tokens, bad_words_ids, a custom
+LogitsProcessorList, ...) applied to the target's logits at every position of the verify block, each with the
+prefix it would have seen in the target's own generate(): the committed tokens plus the candidates before it."""
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from .state import DecodingState
+
+# What LogitsWarper already applies in one batched call (the fast path).
+_WARPERS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+
+class TargetScorer:
+    """Target logits (B, K + 1, V) -> the scores transformers' generate() would compute at each position.
+
+    Built with transformers' own `_get_logits_processor` from the call's generation config, so every processor
+    (and the sampling warpers when do_sample) has the same meaning and order as in target-only generation."""
+
+    def __init__(self, model, generation_config, input_ids: torch.Tensor, logits_processor=None,
+                 prefix_allowed_tokens_fn=None):
+        self.row = 0  # the batch row being processed (prefix_allowed_tokens_fn takes it as batch_id)
+        prefix_fn = None
+        if prefix_allowed_tokens_fn is not None:
+            prefix_fn = lambda batch_id, ids: prefix_allowed_tokens_fn(self.row, ids)  # noqa: E731
+        model._prepare_special_tokens(generation_config, True, device=input_ids.device)
+        self.processors = model._get_logits_processor(
+            generation_config=generation_config, input_ids_seq_length=input_ids.shape[1], encoder_input_ids=input_ids,
+            prefix_allowed_tokens_fn=prefix_fn, logits_processor=logits_processor or LogitsProcessorList(),
+            device=input_ids.device, model_kwargs={},
+        )
+
+    @property
+    def needed(self) -> bool:
+        """True when something beyond temperature / top-k / top-p applies (else the batched fast path does)."""
+        return any(not isinstance(p, _WARPERS) for p in self.processors)
+
+    def __call__(self, state: DecodingState, logits: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+        """Processed scores (B, K + 1, V), float32; rows that are done are left as they are."""
+        scores = logits.float().clone()
+        width = scores.shape[1]
+        lengths, done = state.length.tolist(), state.done.tolist()
+        for b in range(scores.shape[0]):
+            if done[b]:
+                continue
+            self.row = b
+            ids = torch.cat([state.tokens[b, : lengths[b]], candidates[b]])
+            for j in range(width):  # one row at a time: padding-sensitive processors see exactly that row
+                scores[b, j] = self.processors(ids[None, : lengths[b] + j], scores[b, j][None])[0]
+        return scores
