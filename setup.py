@@ -13,6 +13,10 @@ INSTALL_REQUIRES = [
     "tokenizers",
     "tqdm",
     "numpy",
+    # --dataset_name (as optimum-habana's run_generation.py): Hub datasets, local JSON/CSV/text, saved datasets
+    "datasets<5.1",  # 5.1+ needs huggingface_hub>=1.0, which transformers 4.55 refuses
+    # --gguf_file (transformers' GGUF loading)
+    "gguf",
 ]
 
 EXTRAS = {

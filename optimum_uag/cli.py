@@ -9,17 +9,7 @@ import time
 from pathlib import Path
 
 from . import distributed
-
-# optimum-habana flags that have nothing to do here: accepted (its command lines run unchanged), reported as no-ops
-ACCEPTED_ONLY = {
-    "flash_attention_causal_mask": "optimum-uag always passes its own mask (a verify block is not a lone prompt)",
-    "flash_attention_fast_softmax": "no effect here",
-    "trim_logits": "the engine keeps only the logits it needs",
-    "attn_softmax_bf16": "no effect here",
-    "limit_hpu_graphs": "the shapes are already bounded",
-    "bucket_internal": "the caches are allocated once",
-}
-
+from .upstream_flags import add_upstream_flags, ignored, refused
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -27,8 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Speculative decoding with any draft model. With no model arguments it runs the embedded pair "
                     "(a 25M Llama target + a 1.6M GPT-NeoX draft with a different tokenizer).",
     )
-    p.add_argument("--model_name_or_path", default=None, help="target model directory (default: embedded target)")
-    p.add_argument("--assistant_model", default=None, help="draft model directory (default: embedded cross-tokenizer draft)")
+    p.add_argument("--model_name_or_path", default=None,
+                   help="target: a local directory or a Hub id (default: the embedded target)")
+    p.add_argument("--assistant_model", default=None,
+                   help="draft: a local directory or a Hub id (default: the embedded cross-tokenizer draft)")
+    add_model_flags(p)
     p.add_argument("--assistant_tokenizer", default=None, help="draft tokenizer (default: the assistant's own)")
     p.add_argument("--no_assistant", action="store_true", help="target-only generation")
     p.add_argument("--prompt_lookup_num_tokens", type=int, default=None, help="n-gram drafting instead of a draft model")
@@ -42,9 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_assistant_tokens", type=int, default=5)
     p.add_argument("--num_assistant_tokens_schedule", choices=["constant", "heuristic", "confidence"], default="constant")
     p.add_argument("--assistant_confidence_threshold", type=float, default=0.4)
-    p.add_argument("--prompt", action="append", default=None, help="a prompt (repeatable)")
-    p.add_argument("--prompt_file", default=None, help="jsonl ({'prompt': ...} per line) or text (one prompt per line)")
-    p.add_argument("--dataset_name", default=None, help="'embedded' (held-out code prompts); hub datasets need a network")
+    add_prompt_flags(p)
+    p.add_argument("--num_return_sequences", type=int, default=1, help="samples per prompt (with --do_sample)")
+    p.add_argument("--bad_words", type=str, nargs="+", default=None, help="words that must not be generated")
     p.add_argument("--n_iterations", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--seed", type=int, default=27)
@@ -66,8 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     # optimum-habana's attention / graph knobs, so its command lines run unchanged
     p.add_argument("--use_flash_attention", action="store_true", help="Gaudi: FusedSDPA attention (our explicit mask)")
     p.add_argument("--flash_attention_recompute", action="store_true", help="Gaudi: recompute FusedSDPA in backward")
-    for flag, why in ACCEPTED_ONLY.items():
-        p.add_argument(f"--{flag}", action="store_true", help=f"accepted; {why}")
+    add_upstream_flags(p)
     p.add_argument("--torch_compile", action="store_true", help="not supported (refused with the alternative)")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
     p.add_argument("--shard_assistant", action="store_true",
@@ -76,6 +68,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--assistant_quant_config", default=None,
                    help="quantize the assistant too (a JSON as QUANT_CONFIG; e.g. maxabs_quant_assistant.json)")
     return p
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """from_pretrained arguments, as optimum-habana's run_generation.py (plus --gguf_file)."""
+    p.add_argument("--model_revision", default="main", help="branch, tag or commit of a Hub model")
+    p.add_argument("--token", default=None, help="Hugging Face token for gated or private models")
+    p.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
+    p.add_argument("--trust_remote_code_tokenizer", action="store_true", help="the same, for the tokenizer")
+    p.add_argument("--gguf_file", default=None, help="a GGUF checkpoint inside the model directory (or Hub repo)")
+    p.add_argument("--attn_implementation", default=None, help="eager, sdpa, ... (default: transformers' choice)")
+
+
+def add_prompt_flags(p: argparse.ArgumentParser) -> None:
+    """Where prompts come from: the command line, a file, or a dataset (the `datasets` library)."""
+    p.add_argument("--prompt", action="extend", nargs="+", default=None,
+                   help="one or more prompts (space-separated, or the flag repeated)")
+    p.add_argument("--prompt_file", default=None,
+                   help="jsonl ({'prompt': ...} or {'messages': [...]} per line) or text (one prompt per line)")
+    p.add_argument("--dataset_name", default=None,
+                   help="a dataset for datasets.load_dataset: a Hub id, a local JSON/CSV/text file, a saved dataset "
+                        "directory, or 'embedded' (the held-out prompts)")
+    p.add_argument("--column_name", default=None, help="the dataset column holding the prompts (default: the first "
+                   "text column)")
+    p.add_argument("--dataset_max_samples", type=int, default=-1, help="use only this many rows (-1: all)")
+    p.add_argument("--use_chat_template", action="store_true",
+                   help="wrap each prompt as a user message in the target's chat template")
+    p.add_argument("--chat_template", default=None, help="a file holding a Jinja chat template for the target's "
+                   "tokenizer (replaces its own)")
 
 
 GAUDI_ONLY = ("use_hpu_graphs", "reuse_cache", "load_quantized_model_with_inc", "use_flash_attention",
@@ -87,7 +107,8 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def read_prompts(args) -> tuple[list[str], str]:
+def read_prompts(args) -> tuple[list, str]:
+    """Prompts as strings, or chat conversations (lists of {"role", "content"} messages)."""
     if args.prompt:
         return list(args.prompt), "command line"
     if args.prompt_file:
@@ -101,20 +122,86 @@ def read_prompts(args) -> tuple[list[str], str]:
             if path.suffix == ".jsonl":
                 try:
                     record = json.loads(line)
-                    prompts.append(record["prompt"] if isinstance(record, dict) else str(record))
+                    prompts.append(_record_prompt(record) if isinstance(record, dict) else str(record))
                 except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    fail(f"{path}:{number}: expected a JSON object with a 'prompt' key ({exc})")
+                    fail(f"{path}:{number}: expected a JSON object with a 'prompt' or 'messages' key ({exc})")
             else:
                 prompts.append(line.replace("\\n", "\n"))
         if not prompts:
             fail(f"{path} holds no prompts")
         return prompts, str(path)
-    if args.dataset_name not in (None, "embedded"):
-        fail(f"--dataset_name {args.dataset_name}: nothing is downloaded here (offline); use --prompt_file or "
-             "--dataset_name embedded")
+    if getattr(args, "dataset_name", None) not in (None, "embedded"):
+        return read_dataset(args), f"dataset {args.dataset_name}"
     from .models import eval_prompts
 
     return eval_prompts(), "embedded held-out prompts"
+
+
+def _record_prompt(record: dict):
+    if "messages" in record:
+        messages = record["messages"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m
+                                                     for m in messages):
+            raise TypeError("'messages' must be a list of {'role': ..., 'content': ...}")
+        return messages
+    return record["prompt"]
+
+
+def read_dataset(args) -> list[str]:
+    """Rows of a dataset column via datasets.load_dataset, as optimum-habana's example reads them (split test,
+    else validation, else train); local files (.json/.jsonl/.csv/.txt/.parquet) and saved datasets work offline."""
+    try:
+        import datasets
+    except ImportError:
+        fail("--dataset_name needs the `datasets` package: pip install datasets")
+    name = args.dataset_name
+    path = Path(name)
+    builders = {".json": "json", ".jsonl": "json", ".csv": "csv", ".txt": "text", ".parquet": "parquet"}
+    try:
+        if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
+            data = datasets.load_from_disk(str(path))
+        elif path.is_file() and path.suffix in builders:
+            data = datasets.load_dataset(builders[path.suffix], data_files=str(path))
+        else:
+            data = datasets.load_dataset(name)
+    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds (network, format)
+        fail(f"--dataset_name {name}: could not load it ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}); "
+             "without a network pass a local JSON/CSV/text file or a dataset saved with save_to_disk")
+    if isinstance(data, datasets.DatasetDict):
+        split = next((s for s in ("test", "validation", "train") if s in data), next(iter(data)))
+        data = data[split]
+    columns = [c for c, f in data.features.items() if getattr(f, "dtype", None) == "string"]
+    column = args.column_name or (columns[0] if columns else None)
+    if column is None or column not in data.column_names:
+        fail(f"--column_name {column!r} is not a text column of {name} (text columns: {columns})")
+    rows = data[column]
+    if args.dataset_max_samples > 0:
+        rows = rows[: args.dataset_max_samples]
+    if not rows:
+        fail(f"--dataset_name {name} holds no rows")
+    return [str(r) for r in rows]
+
+
+def apply_chat(tokenizer, prompts: list, use_chat_template: bool, template_path: str | None) -> tuple[list[str], bool]:
+    """Chat conversations (or, with --use_chat_template, plain prompts as user messages) -> template text.
+    Returns the texts and whether they already hold the special tokens (so encoding adds none)."""
+    if template_path:
+        path = Path(template_path)
+        if not path.is_file():
+            fail(f"--chat_template {path} does not exist")
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            text = json.loads(text).get("chat_template", text)
+        tokenizer.chat_template = text
+    chats = [p if isinstance(p, list) else ([{"role": "user", "content": p}] if use_chat_template else None)
+             for p in prompts]
+    if not any(c is not None for c in chats):
+        return prompts, False
+    if not all(c is not None for c in chats):
+        fail("mix of chat conversations and plain prompts: use --use_chat_template to wrap the plain ones")
+    if not getattr(tokenizer, "chat_template", None):
+        fail("the target's tokenizer has no chat template: pass --chat_template FILE, or plain prompts")
+    return [tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats], True
 
 
 def resolve_device(name: str, emulate_hpu: bool = False):
@@ -150,24 +237,67 @@ def resolve_device(name: str, emulate_hpu: bool = False):
 EMULATOR: list = []
 
 
-def load(path: str | None, default: str, device, dtype):
+def load(path: str | None, default: str, device, dtype, args=None):
+    """Model + left-padding tokenizer from a local directory or a Hub id (from_pretrained's own arguments)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .models import embedded_models
 
     path = path or embedded_models()[default]
-    if not Path(path).is_dir():
-        fail(f"model path '{path}' is not a local directory; nothing is downloaded (offline): pass a directory "
-             "holding config.json and the weights")
+    hub = dict(revision=getattr(args, "model_revision", "main"), token=getattr(args, "token", None),
+               trust_remote_code=getattr(args, "trust_remote_code", False))
+    model_kw = dict(hub, torch_dtype=dtype)
+    if getattr(args, "gguf_file", None):
+        model_kw["gguf_file"] = args.gguf_file
+    if getattr(args, "attn_implementation", None):
+        model_kw["attn_implementation"] = args.attn_implementation
+    tok_kw = dict(hub, trust_remote_code=getattr(args, "trust_remote_code_tokenizer", False) or hub["trust_remote_code"])
+    if getattr(args, "gguf_file", None):
+        tok_kw["gguf_file"] = args.gguf_file
+    local = Path(path).is_dir()
+    if not local and not _in_hub_cache(path, hub["revision"]) and not _hub_reachable():
+        fail(f"could not fetch '{path}' from the Hugging Face Hub (no network: its host does not resolve); download "
+             f"it where there is a network (huggingface-cli download {path} --local-dir DIR) and pass DIR, or pass a "
+             "local directory")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, local_files_only=True).to(device).eval()
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        fail(f"could not load '{path}': {exc}")
+        model = AutoModelForCausalLM.from_pretrained(path, **model_kw).to(device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(path, **tok_kw)
+    except (OSError, ValueError, ImportError) as exc:
+        if local:
+            fail(f"could not load '{path}': {str(exc).splitlines()[0]}")
+        fail(f"could not fetch '{path}' from the Hugging Face Hub ({type(exc).__name__}: "
+             f"{str(exc).splitlines()[0][:120]}); without a network, download it where there is one "
+             f"(huggingface-cli download {path} --local-dir DIR) and pass DIR, or pass a local directory")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer, path
+
+
+def _in_hub_cache(repo_id: str, revision: str) -> bool:
+    """True when the Hub cache already holds this model's config (then no network is needed)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    except Exception:  # noqa: BLE001 - an id that is not a valid repo name
+        return False
+
+
+def _hub_reachable() -> bool:
+    """False when the Hub's host does not resolve (offline), so a Hub id fails at once, not after ~45 s of retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    try:
+        socket.getaddrinfo(urlparse(constants.ENDPOINT).hostname, 443)
+        return True
+    except OSError:
+        return False
 
 
 def timed(fn, sync):
@@ -203,6 +333,13 @@ def run_generate(argv=None) -> dict:
         if getattr(args, flag) and not on_gaudi:
             fail(f"--{flag} needs Intel Gaudi: run with --device hpu on Gaudi, add --emulate_hpu to dry-run the "
                  "Gaudi configuration on this CPU, or drop the flag to run on --device cpu")
+    message = refused(args)
+    if message:
+        fail(message)
+    if args.num_return_sequences < 1:
+        fail("--num_return_sequences must be >= 1")
+    if args.num_return_sequences > 1 and not args.do_sample:
+        fail("--num_return_sequences > 1 needs --do_sample (greedy decoding returns identical sequences)")
     if args.torch_compile:
         fail("--torch_compile is not supported by optimum-uag (static caches + HPU graphs already fix the shapes); "
              "drop it, and use --use_hpu_graphs on Gaudi")
@@ -230,15 +367,18 @@ def run_generate(argv=None) -> dict:
         distributed.init(device)
     elif args.shard_assistant:
         fail("--shard_assistant needs a multi-card launch (deepspeed --num_gpus N ...)")
-    model, tokenizer, target_path = load(args.model_name_or_path, "target", device, dtype)
+    model, tokenizer, target_path = load(args.model_name_or_path, "target", device, dtype, args)
     assistant = assistant_tok = None
     assistant_path = None
     if not args.no_assistant and not args.prompt_lookup_num_tokens:
-        assistant, assistant_tok, assistant_path = load(args.assistant_model, "assistant", device, dtype)
+        assistant, assistant_tok, assistant_path = load(args.assistant_model, "assistant", device, dtype, args)
         if args.assistant_tokenizer:
             from transformers import AutoTokenizer
 
-            assistant_tok = AutoTokenizer.from_pretrained(args.assistant_tokenizer, local_files_only=True)
+            try:
+                assistant_tok = AutoTokenizer.from_pretrained(args.assistant_tokenizer, token=args.token)
+            except (OSError, ValueError) as exc:
+                fail(f"could not load --assistant_tokenizer {args.assistant_tokenizer}: {str(exc).splitlines()[0]}")
     if ws > 1:
         try:
             model = distributed.shard(model, dtype, "target")
@@ -267,16 +407,18 @@ def run_generate(argv=None) -> dict:
                     graph_wrapped(m)
 
     prompts, source = read_prompts(args)
+    prompts, templated = apply_chat(tokenizer, prompts, args.use_chat_template, args.chat_template)
     notes = []
-    ignored = [f"--{flag}" for flag in ACCEPTED_ONLY if getattr(args, flag)]
-    if ignored:
-        notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(ignored)}")
+    no_ops = ignored(args)
+    if no_ops:
+        notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(no_ops)}")
     if args.batch_size > len(prompts):
         notes.append(f"batch_size {args.batch_size} > {len(prompts)} prompts: prompts are repeated to fill the batch")
         prompts = (prompts * args.batch_size)[: args.batch_size]
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     batches = [b for b in batches if len(b) == args.batch_size] or batches[:1]
-    encode_kw = dict(return_tensors="pt", padding=True, return_token_type_ids=False)
+    encode_kw = dict(return_tensors="pt", padding=True, return_token_type_ids=False,
+                     add_special_tokens=not templated)  # a chat template writes its own special tokens
     if args.max_input_tokens > 0:  # as optimum-habana: one static prompt shape (pad to the limit, cut the left)
         encode_kw.update(truncation=True, max_length=args.max_input_tokens, padding="max_length")
         tokenizer.truncation_side = "left"
@@ -287,7 +429,10 @@ def run_generate(argv=None) -> dict:
     if args.ignore_eos and not on_gaudi:
         gen_kwargs["eos_token_id"] = None
     if args.do_sample:
-        gen_kwargs.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+        gen_kwargs.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                          num_return_sequences=args.num_return_sequences)
+    if args.bad_words:  # as optimum-habana: each word's ids without special tokens
+        gen_kwargs["bad_words_ids"] = [tokenizer.encode(w, add_special_tokens=False) for w in args.bad_words]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def ours(enc):

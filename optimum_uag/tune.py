@@ -54,7 +54,7 @@ def run_tune(argv=None) -> dict:
     import torch
 
     from . import assisted_generate
-    from .cli import fail, load, read_prompts, resolve_device
+    from .cli import apply_chat, fail, load, read_prompts, resolve_device
     from .models import embedded_models
 
     args = build_parser().parse_args(argv)
@@ -74,9 +74,11 @@ def run_tune(argv=None) -> dict:
         drafts.append((Path(resolved).name, resolved, assistant, assistant_tok))
     prompts, source = read_prompts(argparse.Namespace(prompt=args.prompt, prompt_file=args.prompt_file,
                                                       dataset_name=None))
+    prompts, templated = apply_chat(tokenizer, prompts, False, None)
     prompts = prompts[: args.num_prompts]
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
-    encoded = [tokenizer(b, return_tensors="pt", padding=True, return_token_type_ids=False).to(device) for b in batches]
+    encoded = [tokenizer(b, return_tensors="pt", padding=True, return_token_type_ids=False,
+                         add_special_tokens=not templated).to(device) for b in batches]
     gen = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id)
     if args.do_sample:
         gen.update(temperature=args.temperature, top_k=0)

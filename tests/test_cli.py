@@ -34,10 +34,69 @@ def test_run_generation_writes_results(tmp_path, extra):
     assert len(res["output_ids"]) == 2 and res["generated_tokens"] > 0
 
 
-def test_bad_model_path_is_one_line(tmp_path):
-    proc = run(["--model_name_or_path", "no/such/model", "--max_new_tokens", "4"], tmp_path)
-    assert proc.returncode == 2
-    assert "nothing is downloaded" in proc.stderr and "Traceback" not in proc.stderr
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_hub_id_without_network_is_one_line(tmp_path):
+    """A Hub id is passed to from_pretrained; offline, the failure is one line naming the fix."""
+    for env in ({"HF_HUB_OFFLINE": "1"}, {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "https://no-such-host.invalid"}):
+        proc = run(["--model_name_or_path", "meta-llama/Llama-3.1-8B", "--max_new_tokens", "4"], tmp_path, env)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        (line,) = _error_lines(proc.stderr)
+        assert "could not fetch 'meta-llama/Llama-3.1-8B'" in line and "local directory" in line
+
+
+def test_local_json_dataset_with_column_name(tmp_path):
+    rows = [{"id": i, "title": f"t{i}", "code": p} for i, p in enumerate(["def add(a, b):\n", "import os\n", "x = ["])]
+    (tmp_path / "data.json").write_text("\n".join(json.dumps(r) for r in rows))
+    proc = run(["--dataset_name", str(tmp_path / "data.json"), "--column_name", "code", "--dataset_max_samples", "2",
+                "--batch_size", "2", "--max_new_tokens", "6", "--output_dir", str(tmp_path / "out")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["prompt_source"].startswith("dataset") and res["outputs_match_target"] is True
+    proc = run(["--dataset_name", str(tmp_path / "data.json"), "--column_name", "nope", "--max_new_tokens", "4"],
+               tmp_path)
+    assert proc.returncode == 2 and "not a text column" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_jsonl_chat_file(tmp_path):
+    """Chat messages are applied with the target's template; the draft sees the same text (UAG)."""
+    import shutil
+
+    from optimum_uag import embedded_models
+
+    target = tmp_path / "chat_target"
+    shutil.copytree(embedded_models()["target"], target)
+    template = ("{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}### assistant:{% endif %}")
+    (tmp_path / "template.jinja").write_text(template)
+    chats = [{"messages": [{"role": "user", "content": "def add(a, b):"}]},
+             {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "import os"}]}]
+    (tmp_path / "chats.jsonl").write_text("\n".join(json.dumps(c) for c in chats))
+    proc = run(["--model_name_or_path", str(target), "--prompt_file", str(tmp_path / "chats.jsonl"), "--chat_template",
+                str(tmp_path / "template.jinja"), "--batch_size", "2", "--max_new_tokens", "6", "--output_dir",
+                str(tmp_path / "out")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["outputs_match_target"] is True
+    proc = run(["--prompt_file", str(tmp_path / "chats.jsonl"), "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "no chat template" in proc.stderr
+
+
+def test_upstream_flags_never_stack_trace(tmp_path):
+    proc = run(["--num_beams", "2", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "beam search" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run(["--peft_model", "x", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "merge_and_unload" in proc.stderr
+    proc = run(["--no_such_flag", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "unrecognized arguments: --no_such_flag" in proc.stderr
+    proc = run(["--prompt", "def f():", "import os", "--batch_size", "2", "--max_new_tokens", "4", "--sdp_on_bf16",
+                "--attn_batch_split", "2", "--bad_words", "zzz", "--output_dir", str(tmp_path / "o")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert any("--sdp_on_bf16" in n and "--attn_batch_split" in n for n in res["notes"])
+    assert res["outputs_match_target"] is True
 
 
 def test_gaudi_flag_without_gaudi(tmp_path):
