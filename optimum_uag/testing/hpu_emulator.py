@@ -28,6 +28,7 @@ import contextlib
 import enum
 import functools
 import importlib
+import importlib.machinery
 import subprocess
 import sys
 import types
@@ -230,6 +231,8 @@ class HPUEmulator(contextlib.AbstractContextManager):
             mod.__dict__.update(attrs)
             mod.__file__ = __file__
             mod.__path__ = []  # a package: submodules resolve through sys.modules
+            # importlib.util.find_spec() (datasets probes torchvision with it) needs a spec, as real modules have
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, loader=None, is_package=True)
             return mod
 
         class synDeviceType(enum.IntEnum):  # noqa: N801 (habana's spelling)
