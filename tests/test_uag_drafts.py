@@ -14,28 +14,27 @@ from helpers import _fast, byte_level_bpe, corpus, metaspace_unigram, sentencepi
 WORLD = ["안녕하세요 세계 😀🎉 مرحبا بالعالم 日本語のテキスト 🚀✨ 中文字符 👍🏽 Ünïcödé\n" * 4]
 
 
-@lru_cache(maxsize=None)
-def multilingual_bpe():
-    """Byte-level BPE whose merges cover Korean, Arabic, CJK and emoji (one token per character or more)."""
+def _byte_level(vocab_size: int, texts: list[str], special: str):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=["<|endoftext|>"], show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[special], show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus() + WORLD * 20, trainer)
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+@lru_cache(maxsize=None)
+def multilingual_bpe():
+    """Byte-level BPE whose merges cover Korean, Arabic, CJK and emoji (one token per character or more)."""
+    tok = _byte_level(900, corpus() + WORLD * 20, "<|endoftext|>")
     return _fast(tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
 @lru_cache(maxsize=None)
 def bytes_only():
     """A byte-level tokenizer with no merges: 256 bytes + one special token (an emoji costs 4 tokens)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=257, special_tokens=["<eot>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["a"], trainer)
-    return _fast(tok, eos_token="<eot>", pad_token="<eot>")
+    return _fast(_byte_level(257, ["a"], "<eot>"), eos_token="<eot>", pad_token="<eot>")
 
 
 DRAFT_TOKENIZERS = {"sentencepiece": sentencepiece_bpe, "unigram": metaspace_unigram, "bytes": bytes_only}
