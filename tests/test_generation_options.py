@@ -32,6 +32,7 @@ OPTIONS = {
     "suppress_tokens": dict(suppress_tokens=[3, 4, 5, 6]),
     "sequence_bias": dict(sequence_bias={(6,): 6.0}),
     "logits_processor": dict(logits_processor=LogitsProcessorList([BanEvenLengths()])),
+    "forced_eos_token_id": dict(forced_eos_token_id=0),
     "combined": dict(repetition_penalty=1.2, no_repeat_ngram_size=3, min_new_tokens=5),
 }
 

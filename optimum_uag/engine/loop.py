@@ -259,7 +259,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     runner_factory = plan.make_runner
     drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
                             runner_factory)
-    scorer = TargetScorer(model, cfg.generation_config, input_ids, logits_processor, prefix_allowed_tokens_fn)
+    scorer = TargetScorer(model, cfg.generation_config, input_ids, cfg.max_new_tokens, logits_processor,
+                          prefix_allowed_tokens_fn)
     keep_scores = cfg.output_scores or cfg.output_logits
     verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper,
                         scorer if scorer.needed else None, keep_scores)
@@ -284,7 +285,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         n_new = commit(state, verdict, eos_ids, stopping_criteria)
         if keep_scores:
             for b, n in enumerate(n_new.tolist()):
-                kept[b] += [(verifier.last[0][b, j], verifier.last[1][b, j]) for j in range(n)]
+                kept[b] += [(verifier.last[0][b, j].clone(), verifier.last[1][b, j].clone()) for j in range(n)]
         t3 = time.perf_counter()
         if hasattr(drafter, "commit"):  # translate the new target tokens back for the draft (UAG)
             drafter.commit(state, n_new)

@@ -18,12 +18,13 @@ class TargetScorer:
     Built with transformers' own `_get_logits_processor` from the call's generation config, so every processor
     (and the sampling warpers when do_sample) has the same meaning and order as in target-only generation."""
 
-    def __init__(self, model, generation_config, input_ids: torch.Tensor, logits_processor=None,
+    def __init__(self, model, generation_config, input_ids: torch.Tensor, max_new_tokens: int, logits_processor=None,
                  prefix_allowed_tokens_fn=None):
         self.row = 0  # the batch row being processed (prefix_allowed_tokens_fn takes it as batch_id)
         prefix_fn = None
         if prefix_allowed_tokens_fn is not None:
             prefix_fn = lambda batch_id, ids: prefix_allowed_tokens_fn(self.row, ids)  # noqa: E731
+        generation_config.max_length = input_ids.shape[1] + max_new_tokens  # as generate() sets it (forced_eos)
         model._prepare_special_tokens(generation_config, True, device=input_ids.device)
         self.processors = model._get_logits_processor(
             generation_config=generation_config, input_ids_seq_length=input_ids.shape[1], encoder_input_ids=input_ids,

@@ -26,8 +26,9 @@ def _params(cls) -> frozenset:
 
 
 def forward_params(model) -> frozenset:
-    """Names of the keyword arguments `model.forward` takes."""
-    return _params(type(model))
+    """Names of the keyword arguments `model.forward` takes (a PEFT wrapper passes them to its base model)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return _params(type(model)) | _params(type(base))
 
 
 def accepts(model, name: str) -> bool:
@@ -52,3 +53,15 @@ class LogitsKeeper:
 def text_config(model):
     config = model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+_WINDOW_KEYS = ("sliding_window", "window_size", "attention_window_size", "local_window_size", "attention_chunk_size")
+
+
+def local_attention_sizes(model) -> list[int]:
+    """Window-like sizes of the config (sliding windows, GPT-Neo local layers, chunked attention)."""
+    config = text_config(model)
+    if getattr(config, "use_sliding_window", True) is False and not getattr(config, "window_size", None):
+        return []
+    sizes = [getattr(config, k, None) for k in _WINDOW_KEYS]
+    return [w for w in sizes if isinstance(w, int) and w > 0]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import LogitsKeeper, accepts
+from .common import LogitsKeeper, accepts, local_attention_sizes
 
 
 def crop(past, columns: int, total: int):
@@ -33,6 +33,9 @@ class OwnCacheRunner:
     def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor):
         if not (accepts(model, "past_key_values") or accepts(model, "past")):
             raise NotImplementedError(f"{type(model).__name__}.forward takes no past_key_values")
+        if batch_size > 1 and local_attention_sizes(model):
+            # the model would measure its window in physical columns, holes of rejected tokens included
+            raise NotImplementedError("sliding-window attention over a cache with holes")
         self.model = model
         self.device = model.device
         self.pad = pad_lengths.to(self.device)

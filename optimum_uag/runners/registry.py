@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from .common import accepts
+from .common import accepts, local_attention_sizes
 from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
 from .static import StaticCacheRunner
 
@@ -19,6 +19,22 @@ _ATTR = "_optimum_uag_runner"
 
 def _tolerance(dtype: torch.dtype) -> float:
     return {torch.float64: 1e-7, torch.float32: 1e-4}.get(dtype, 3e-2)
+
+
+def _agrees(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Element-wise within the dtype's tolerance (a logit bias of -1e4 on some tokens must not loosen the check on
+    the others); half precision is compared against the row's largest logit, since a different block size or
+    batch legitimately moves bf16 logits by a few hundredths."""
+    tol = _tolerance(dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        return bool(((a - b).abs() <= tol * (1 + b.abs().max())).all())
+    return bool(((a - b).abs() <= tol * (1 + b.abs())).all())
+
+
+def _probe_capacity(model) -> int:
+    """A cache longer than any window-like size of the config (capped), so a runner that misplaces a local
+    attention band over a long cache fails the probe (GPT-Neo's local layers slice their band by key length)."""
+    return 16 + max([w for w in local_attention_sizes(model) if w <= 8192] or [0])
 
 
 def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
@@ -51,7 +67,7 @@ def _probe(model, cls) -> str | None:
     # (tokens, start per row, how many of the block each row keeps)
     steps = [(prompt, [0, 0], [7, 7]), (block1, [7, 7], [1, 0]), (block2, [8, 7], [2, 2]), (block3, [10, 9], [1, 1])]
     try:
-        runner = cls(model, 2, 16, pad)
+        runner = cls(model, 2, _probe_capacity(model), pad)
         got = [runner.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
     except Exception as err:  # noqa: BLE001 - any failure means "not this runner"
         return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
@@ -74,8 +90,7 @@ def _probe(model, cls) -> str | None:
             a, b = got[step][row, col], ref[pos]
             if not torch.isfinite(b).all():  # a broken model (NaN weights): the decoding loop reports it
                 continue
-            # element-wise: a logit bias of -1e4 on some tokens must not loosen the check on the others
-            if not ((a - b).abs() <= _tolerance(model.dtype) * (1 + b.abs())).all():
+            if not _agrees(a, b, model.dtype):
                 return f"logits differ from the model's own forward (max diff {float((a - b).abs().max()):.3g})"
     return None
 
