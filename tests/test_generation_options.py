@@ -60,6 +60,22 @@ def test_greedy_option_matches_target(models, name):
             assert torch.equal(out.sequences, ref), (name, len(texts), "cross" if extra else "same")
 
 
+def test_processors_steer_the_draft_too(models):
+    """A draft identical to the target, processed with the same repetition_penalty / no_repeat_ngram_size, proposes
+    exactly the target's tokens: every draft token is accepted (unprocessed, it would propose repeats)."""
+    import copy
+
+    target, _, _, tok, _ = models
+    twin = copy.deepcopy(target)
+    ids, mask = pad_batch(tok, TEXTS)
+    kwargs = dict(repetition_penalty=1.6, no_repeat_ngram_size=2)
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=N, pad_token_id=tok.pad_token_id,
+                          **kwargs)
+    out = assisted_generate(target, twin, ids, mask, max_new_tokens=N, num_assistant_tokens=4, **kwargs)
+    assert torch.equal(out.sequences, ref)
+    assert out.metrics.acceptance_rate == 1.0, out.metrics.as_dict()
+
+
 def test_stop_strings_match_target(models):
     target, same, cross, tok, dtok = models
     ids, mask = pad_batch(tok, TEXTS[:1])

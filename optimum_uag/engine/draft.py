@@ -75,12 +75,13 @@ class ModelDrafter:
     """
 
     def __init__(self, assistant_model, state: DecodingState, capacity: int, vocab_size: int, sampler: TokenSampler,
-                 confidence_threshold: float | None, runner_factory=make_runner):
+                 confidence_threshold: float | None, runner_factory=make_runner, processors=None):
         self.runner = runner_factory(assistant_model, state.batch_size, capacity, state.pad, role="assistant")
         limit = getattr(assistant_model.config, "max_position_embeddings", None)
         # a draft with fewer positions than this call needs stops drafting there (the target goes on alone)
         self.limit = limit if isinstance(limit, int) and 0 < limit < capacity else None
         self.vocab_size = vocab_size
+        self.processors = processors  # the target's logits processors (repetition_penalty, ...), or None
         self.sampler = sampler
         self.threshold = confidence_threshold
 
@@ -93,8 +94,17 @@ class ModelDrafter:
         else:
             start, width = state.length - 2, 2
         logits = self.runner.forward(state.window(start, width), start, logits_to_keep=1)[:, -1]
-        tokens, dists = draft_loop(self.runner, logits, k, lambda x: self.sampler(fit_vocab(x, self.vocab_size)),
-                                   state.length, self.threshold, state.done)
+        drafted: list[torch.Tensor] = []
+
+        def pick(x):
+            x = fit_vocab(x, self.vocab_size)
+            if self.processors is not None:
+                x = self.processors(state, x, torch.stack(drafted, 1) if drafted else None)
+            out = self.sampler(x)
+            drafted.append(out[0])
+            return out
+
+        tokens, dists = draft_loop(self.runner, logits, k, pick, state.length, self.threshold, state.done)
         probs = torch.stack(dists, 1) if dists[0] is not None else None
         return Proposal(tokens=tokens, probs=probs)
 

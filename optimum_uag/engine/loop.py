@@ -170,7 +170,7 @@ def pad_proposal(proposal: Proposal, width: int) -> Proposal:
 
 
 def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
-                  runner_factory=make_runner):
+                  runner_factory=make_runner, processors=None):
     """Pick the draft (+translate) stage for this model pair."""
     vocab_size = output_vocab_size(model)
     if assistant_model is None:
@@ -193,9 +193,11 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                 f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= (assistant_tokenizer is "
                 "missing) to use Universal Assisted Generation across tokenizers"
             )
-        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory)
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory,
+                            processors)
     if same_vocabulary(tokenizer, assistant_tokenizer):
-        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory)
+        return ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory,
+                            processors)
     from ..universal import UniversalDrafter
 
     return UniversalDrafter(
@@ -257,10 +259,10 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
     sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
     runner_factory = plan.make_runner
-    drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
-                            runner_factory)
     scorer = TargetScorer(model, cfg.generation_config, input_ids, cfg.max_new_tokens, logits_processor,
                           prefix_allowed_tokens_fn)
+    drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,
+                            runner_factory, scorer.for_draft() if scorer.needed else None)
     keep_scores = cfg.output_scores or cfg.output_logits
     verifier = Verifier(runner_factory(model, state.batch_size, capacity, pad), warper,
                         scorer if scorer.needed else None, keep_scores)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import (EpsilonLogitsWarper, EtaLogitsWarper, MinPLogitsWarper,
+                                                    TypicalLogitsWarper)
 
 from .state import DecodingState
 
 # What LogitsWarper already applies in one batched call (the fast path).
 _WARPERS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+# Sampling warpers: the draft's sampler applies its own; the draft gets the other processors only.
+_ALL_WARPERS = _WARPERS + (MinPLogitsWarper, TypicalLogitsWarper, EpsilonLogitsWarper, EtaLogitsWarper)
 
 
 class TargetScorer:
@@ -37,6 +41,12 @@ class TargetScorer:
         """True when something beyond temperature / top-k / top-p applies (else the batched fast path does)."""
         return any(not isinstance(p, _WARPERS) for p in self.processors)
 
+    def for_draft(self) -> "DraftProcessors | None":
+        """The processors without the sampling warpers, for a same-tokenizer draft (better proposals; the draft
+        still only proposes), or None when nothing remains."""
+        rest = LogitsProcessorList([p for p in self.processors if not isinstance(p, _ALL_WARPERS)])
+        return DraftProcessors(self, rest) if len(rest) else None
+
     def __call__(self, state: DecodingState, logits: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """Processed scores (B, K + 1, V), float32; rows that are done are left as they are."""
         scores = logits.float().clone()
@@ -49,4 +59,26 @@ class TargetScorer:
             ids = torch.cat([state.tokens[b, : lengths[b]], candidates[b]])
             for j in range(width):  # one row at a time: padding-sensitive processors see exactly that row
                 scores[b, j] = self.processors(ids[None, : lengths[b] + j], scores[b, j][None])[0]
+        return scores
+
+
+class DraftProcessors:
+    """Applies the target's (non-warper) processors to one draft step's logits (B, V), each row with its committed
+    tokens plus what it drafted so far this round."""
+
+    def __init__(self, scorer: TargetScorer, processors: LogitsProcessorList):
+        self.scorer = scorer
+        self.processors = processors
+
+    def __call__(self, state: DecodingState, logits: torch.Tensor, drafted: torch.Tensor | None) -> torch.Tensor:
+        scores = logits.float().clone()
+        lengths, done = state.length.tolist(), state.done.tolist()
+        for b in range(scores.shape[0]):
+            if done[b]:
+                continue
+            self.scorer.row = b
+            ids = state.tokens[b, : lengths[b]]
+            if drafted is not None:
+                ids = torch.cat([ids, drafted[b]])
+            scores[b] = self.processors(ids[None], scores[b][None])[0]
         return scores
