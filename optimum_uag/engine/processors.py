@@ -49,16 +49,23 @@ class TargetScorer:
 
     def __call__(self, state: DecodingState, logits: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """Processed scores (B, K + 1, V), float32; rows that are done are left as they are."""
+        return self.apply(self.processors, state, logits, candidates, 0)
+
+    def apply(self, processors, state: DecodingState, logits: torch.Tensor, extra: torch.Tensor | None,
+              offset: int) -> torch.Tensor:
+        """Position j of logits (B, W, V) is processed after the row's committed tokens + extra[:, :offset + j].
+        One row at a time: padding-sensitive processors see exactly that row."""
         scores = logits.float().clone()
-        width = scores.shape[1]
         lengths, done = state.length.tolist(), state.done.tolist()
         for b in range(scores.shape[0]):
             if done[b]:
                 continue
             self.row = b
-            ids = torch.cat([state.tokens[b, : lengths[b]], candidates[b]])
-            for j in range(width):  # one row at a time: padding-sensitive processors see exactly that row
-                scores[b, j] = self.processors(ids[None, : lengths[b] + j], scores[b, j][None])[0]
+            ids = state.tokens[b, : lengths[b]]
+            if extra is not None:
+                ids = torch.cat([ids, extra[b]])
+            for j in range(scores.shape[1]):
+                scores[b, j] = processors(ids[None, : lengths[b] + offset + j], scores[b, j][None])[0]
         return scores
 
 
@@ -71,14 +78,5 @@ class DraftProcessors:
         self.processors = processors
 
     def __call__(self, state: DecodingState, logits: torch.Tensor, drafted: torch.Tensor | None) -> torch.Tensor:
-        scores = logits.float().clone()
-        lengths, done = state.length.tolist(), state.done.tolist()
-        for b in range(scores.shape[0]):
-            if done[b]:
-                continue
-            self.scorer.row = b
-            ids = state.tokens[b, : lengths[b]]
-            if drafted is not None:
-                ids = torch.cat([ids, drafted[b]])
-            scores[b] = self.processors(ids[None], scores[b][None])[0]
-        return scores
+        offset = 0 if drafted is None else drafted.shape[1]
+        return self.scorer.apply(self.processors, state, logits[:, None], drafted, offset)[:, 0]
