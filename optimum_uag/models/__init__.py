@@ -1,15 +1,22 @@
 """The embedded, trained model family shipped as package data."""
 from importlib import resources
 
+from .smollm2 import SmolLM2Unavailable, cache_root, smollm2, smollm2_available, smollm2_path
+
 _NAMES = ("target", "assistant", "assistant_same_tokenizer")
+# Drafts distilled from SmolLM2-135M-Instruct (examples/distill_smollm2.py): the first shares its tokenizer,
+# the second has its own (for Universal Assisted Generation).
+_SMOLLM2_DRAFTS = ("smollm2_assistant", "smollm2_assistant_cross")
 
 
 def embedded_models() -> dict[str, str]:
-    """Return local directories of the embedded target, cross-tokenizer assistant and same-tokenizer assistant."""
+    """Local directories of the embedded models: the tiny trained family and the drafts distilled from SmolLM2."""
     root = resources.files(__name__)
     paths = {}
-    for name in _NAMES:
+    for name in _NAMES + _SMOLLM2_DRAFTS:
         path = root / name
+        if name in _SMOLLM2_DRAFTS and not path.is_dir():
+            continue  # only while they are being (re)built by examples/distill_smollm2.py
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"embedded model '{name}' is missing at {path}; reinstall optimum-uag or rebuild it with "
@@ -35,3 +42,10 @@ def load_embedded(name: str = "assistant", dtype=None):
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype or torch.float32, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model.eval(), tokenizer
+
+
+def chat_prompts() -> list[str]:
+    """Held-out chat requests for SmolLM2-Instruct (code, explanations, translation, lists, JSON, writing)."""
+    from .chat_prompts import heldout_chat_prompts
+
+    return heldout_chat_prompts()

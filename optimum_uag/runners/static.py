@@ -103,6 +103,7 @@ class StaticCacheRunner:
         self.cache_position = accepts(model, "cache_position")
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
+        self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
 
     def _mask(self, slots: torch.Tensor, window: int | None) -> torch.Tensor:
         # key slot j is visible to query (b, i) iff pad_b <= j <= slot_bi (and slot_bi - j < window)
@@ -128,5 +129,5 @@ class StaticCacheRunner:
             kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
         if self.cache_position:
             kwargs["cache_position"] = offsets
-        out = self.model(**kwargs)
+        out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
         return self.keep(out.logits, logits_to_keep).float()

