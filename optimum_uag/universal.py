@@ -292,12 +292,14 @@ class UniversalDrafter:
                 cont = self.draft_text.continuations([self._draft_window(b, base - back)], [text])[0]
                 if cont is not None:
                     base -= back
-            if cont and base + len(cont) <= self.capacity:
-                self.tokens[b, base : base + len(cont)] = torch.tensor(cont, device=self.tokens.device)
             self.host[b][base:] = cont
             self.length[b] = base + len(cont)
             self.processed[b] = min(self.processed[b], base)
         self._round = None
+        # one fixed-shape host-to-device copy of the committed rows (per-row slices at Python-int offsets would
+        # make one lazy-mode graph per offset on Gaudi)
+        cap = self.capacity
+        self.tokens.copy_(torch.tensor([h[:cap] + [self.pad_id] * (cap - len(h[:cap])) for h in self.host]))
         if any(ln >= lim for ln, lim in zip(self.length, self.limits)):  # slide the window (rare)
             self.slides += 1
             self._reset([h[p:ln] for h, p, ln in zip(self.host, self.draft_pad, self.length)], self.tokens.device)

@@ -35,9 +35,13 @@ def plain(embedded, prompts):
     (target, tok), (_, atok) = embedded["target"], embedded["assistant"]
     ids4, mask4 = pad_batch(tok, prompts[:4])
     ids1, mask1 = pad_batch(tok, prompts[4:5])
+    # the same batch with three more pad columns: another prompt length (another prefill graph), same tokens
+    ids4p = torch.cat([torch.full((4, 3), tok.pad_token_id), ids4], 1)
+    mask4p = torch.cat([torch.zeros(4, 3, dtype=mask4.dtype), mask4], 1)
     with torch.no_grad():
         ref = {
-            "ids4": ids4, "mask4": mask4, "ids1": ids1, "mask1": mask1,
+            "ids4": ids4, "mask4": mask4, "ids1": ids1, "mask1": mask1, "ids4p": ids4p, "mask4p": mask4p,
+            "greedy4p": target.generate(ids4p, attention_mask=mask4p, max_new_tokens=24, do_sample=False),
             "greedy4": target.generate(ids4, attention_mask=mask4, max_new_tokens=24, do_sample=False),
             "greedy1": target.generate(ids1, attention_mask=mask1, max_new_tokens=24, do_sample=False),
             "logits": target(ids4, attention_mask=mask4).logits,
@@ -326,3 +330,81 @@ def test_plain_transformers_assistant_on_gaudi(plain, gaudi_models):
     assert not type(draft).__module__.startswith("optimum.habana")
     out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False, **GAUDI)
     assert torch.equal(out.sequences, plain["greedy4"])
+
+
+# ------------------------------------------------------------------ fidelity findings (faithful graph replay)
+def test_token_idx_draft_keeps_its_cache_across_calls(plain, emu, gaudi_models):
+    """Finding 4: a GPT-NeoX (token_idx) draft under HPU graphs; each call used to pass a new `past` tuple, which a
+    replay copied over the captured one: from the second call on the draft saw only the prompt + the last token."""
+    tok, atok, _, _ = plain["tokenizers"]
+    metrics = []
+    for _ in range(3):
+        out = assisted_generate(gaudi_models["target"], gaudi_models["assistant"], plain["ids4"], plain["mask4"],
+                                tokenizer=tok, assistant_tokenizer=atok, max_new_tokens=24, do_sample=False,
+                                **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy4"])
+        metrics.append((out.metrics.accepted_tokens, out.metrics.target_calls))
+    assert metrics[0] == metrics[1] == metrics[2]
+
+
+def test_reuse_cache_target_survives_batch_shape_changes(plain, emu, gaudi_models):
+    """Finding 1: the KV cache is reallocated when the batch shape changes; a graph captured on an earlier
+    call of the same shape must not replay on a cache tensor the Python side no longer uses."""
+    target, draft = gaudi_models["target"], gaudi_models["assistant_same_tokenizer"]
+    config = target.generation_config
+    config.static_shapes, config.reuse_cache, config.bucket_size, config.trim_logits = True, True, -1, True
+    for batch in ("4", "1", "4p", "1", "4"):  # 4p: batch 4 again (same verify graph), another prompt length
+        out = assisted_generate(target, draft, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=24,
+                                do_sample=False, **GAUDI)
+        assert torch.equal(out.sequences, plain[f"greedy{batch}"]), batch
+        optimum_uag.disable()  # optimum-habana's own generate() on the same wrapped model, as the CLI alternates
+        try:
+            own = target.generate(plain["ids1"], attention_mask=plain["mask1"], max_new_tokens=24, do_sample=False,
+                                  lazy_mode=True, hpu_graphs=True, generation_config=config)
+        finally:
+            optimum_uag.enable()
+        assert torch.equal(own, plain["greedy1"])
+
+
+def test_plain_model_wrapped_in_hpu_graphs_stays_exact(plain, emu, gaudi_models):
+    """Finding 2: a plain transformers draft wrapped in HPU graphs (as the CLI wraps every model): its cache
+    object and write slots reach the forward through attributes, frozen at capture."""
+    from transformers import OlmoConfig, OlmoForCausalLM
+
+    from optimum_uag.gaudi.device import graph_wrapped
+
+    target = gaudi_models["target"]
+    torch.manual_seed(0)
+    draft = OlmoForCausalLM(OlmoConfig(vocab_size=target.config.vocab_size, hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=1, num_attention_heads=4, max_position_embeddings=512)).eval()
+    emu.name(draft, "olmo")
+    graph_wrapped(draft)
+    accepted = []
+    for _ in range(2):
+        emu.reset_counters()
+        out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False,
+                                **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy4"])
+        accepted.append(out.metrics.accepted_tokens)
+        assert emu.mark_steps >= out.metrics.draft_forwards  # the plain draft's lazy graphs are closed too
+    assert accepted[0] == accepted[1]
+    assert emu.captures.get("olmo", 0) == 0  # it runs outside HPU graphs (bypass), never re-captured per call
+
+
+@pytest.mark.parametrize("draft", ["same", "cross"])
+def test_lazy_mode_graphs_do_not_grow_with_the_number_of_steps(plain, emu, gaudi_models, draft):
+    """Finding 5: in lazy mode (no HPU graphs) the ops between two mark_steps form one graph; a Python int that
+    changes every step (a slice offset, `write + offsets`) makes a new graph per step. Longer generation must
+    not need more distinct graphs."""
+    tok, atok, _, _ = plain["tokenizers"]
+    name = "assistant_same_tokenizer" if draft == "same" else "assistant"
+    extra = dict(tokenizer=tok, assistant_tokenizer=atok) if draft == "cross" else {}
+    counts = []
+    for max_new in (24, 60):
+        with emu.counting_lazy_graphs() as lazy:
+            out = assisted_generate(gaudi_models["target"], gaudi_models[name], plain["ids4"], plain["mask4"],
+                                    max_new_tokens=max_new, do_sample=False, eos_token_id=None, lazy_mode=True,
+                                    hpu_graphs=False, **extra)
+        counts.append(len(lazy.graphs))
+        assert out.metrics.target_calls > 3
+    assert counts[0] == counts[1], counts

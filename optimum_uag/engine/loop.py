@@ -261,7 +261,26 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     state = DecodingState.create(input_ids, pad, capacity, cfg.pad_token_id, cfg.max_new_tokens)
     warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
     sampler = TokenSampler(warper, need_confidence=cfg.schedule == "confidence")
-    runner_factory = plan.make_runner
+    made: list = []  # every runner of this call, closed at the end (a Gaudi runner puts back the model's cache)
+
+    def runner_factory(*args, **kwargs):
+        made.append(plan.make_runner(*args, **kwargs))
+        return made[-1]
+
+    try:
+        return _decode(model, assistant_model, tokenizer, assistant_tokenizer, input_ids, pad, state, cfg, plan,
+                       runner_factory, streamer, stopping_criteria, logits_processor, prefix_allowed_tokens_fn,
+                       capacity, warper, sampler)
+    finally:
+        for runner in reversed(made):
+            close = getattr(runner, "close", None)
+            if close is not None:
+                close()
+
+
+def _decode(model, assistant_model, tokenizer, assistant_tokenizer, input_ids, pad, state, cfg, plan, runner_factory,
+            streamer, stopping_criteria, logits_processor, prefix_allowed_tokens_fn, capacity, warper, sampler):
+    """The decoding loop of one call: draft, verify, commit (translation inside the drafter), until every row ends."""
     scorer = TargetScorer(model, cfg.generation_config, input_ids, cfg.max_new_tokens, logits_processor,
                           prefix_allowed_tokens_fn)
     drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state, capacity, cfg, sampler,

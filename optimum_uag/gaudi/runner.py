@@ -28,13 +28,27 @@ def _accepts(model, name: str) -> bool:
 
 
 def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-    """optimum-habana's per-layer KVCache modules (k_cache, v_cache), in layer order."""
+    """optimum-habana's per-layer KVCache modules (k_cache, v_cache), in layer order; under Intel Neural
+    Compressor FP8 these are INC's PatchedKVCache wrappers, whose live module is `orig_mod` (see _live)."""
     pairs = []
     for module in model.modules():
         k, v = getattr(module, "k_cache", None), getattr(module, "v_cache", None)
-        if k is not None and v is not None and hasattr(k, "get_shape") and hasattr(k, "cache"):
+        if k is not None and v is not None and hasattr(k, "get_shape") and hasattr(_live(k), "cache"):
             pairs.append((k, v))
     return pairs
+
+
+def _live(cache: torch.nn.Module) -> torch.nn.Module:
+    """The module whose `.cache` the forward reads: INC's PatchedKVCache keeps a stale `.cache` of its own and
+    delegates to `orig_mod` (neural_compressor/torch/algorithms/fp8_quant/_quant_common/helper_modules.py)."""
+    return getattr(cache, "orig_mod", cache)
+
+
+def _pool(model) -> dict:
+    """Cache tensors this model's runners allocated, per (mechanism, batch, columns, dtype), kept across calls:
+    an HPU graph captured in one call reads the tensors that existed at capture, so a later call of the same
+    shape must use those very tensors, never a reallocated copy."""
+    return model.__dict__.setdefault("_optimum_uag_kv_pool", {})
 
 
 class GaudiModelRunner:
@@ -78,36 +92,61 @@ class GaudiModelRunner:
                               flash_attention_recompute=flash_attention_recompute, flash_attention_causal_mask=False)
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
         self.write = 0  # host-side: next free column (never read back from the device)
+        # ... and its device twin, the base of every block's columns: a Python int added to a tensor would be a
+        # constant of the lazy graph, one graph per offset (optimum-habana advances token_idx with add_ too)
+        self.write_t = torch.zeros((), dtype=torch.long, device=self.device)
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.compactions = 0
         self.dtype = model.dtype
+        self._restore: list = []
         self._allocate()
         self.call = hpu.graph_wrapped(model) if hpu_graphs else model
 
     def _allocate(self) -> None:
-        config = self.model.config
+        """KV tensors for (batch, columns): the pooled ones of an earlier call of this shape, else new ones.
+
+        reuse_cache models keep their cache in KVCache modules that optimum-habana's own generate() reallocates
+        whenever its shape changes; the tensors found there are put back by close(), so that its graphs and ours
+        each keep reading the tensors they were captured with."""
+        pool, key = _pool(self.model), (self.mechanism, self.batch_size, self.columns, self.dtype)
         if self.mechanism == "reuse_cache":
-            for pair in _kv_caches(self.model):  # optimum-habana's own generate may have left a prompt length
-                for cache in pair:                # there; KVCache.allocate asserts it is unchanged for one shape
-                    cache.inp_seq_len = -1
-            self.model.allocate_kv_cache(self.batch_size, self.columns, -1)  # -1: write only through token_idx
             self.caches = _kv_caches(self.model)
-            self.cache_shapes = [(k.get_shape(), v.get_shape()) for k, v in self.caches]
+            modules = [_live(c) for pair in self.caches for c in pair]
+            self._restore = [(m, m.cache, m.inp_seq_len) for m in modules]
+            if key not in pool:
+                for m in modules:  # fresh tensors: never one that optimum-habana's own graphs captured
+                    m.cache = None
+                self.model.allocate_kv_cache(self.batch_size, self.columns, -1)  # -1: writes only via token_idx
+                pool[key] = [m.cache for m in modules]
+            for m, tensor in zip(modules, pool[key]):
+                m.cache, m.inp_seq_len = tensor, -1
+            self.cache_shapes = [(_live(k).cache.shape, _live(v).cache.shape) for k, v in self.caches]
             return
-        config = local_config(self.model, config)  # a tensor-parallel shard holds only its own heads
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        shape = (self.batch_size, kv_heads, self.columns, head_dim)
-        self.past = tuple(
-            (torch.zeros(shape, dtype=self.dtype, device=self.device), torch.zeros(shape, dtype=self.dtype, device=self.device))
-            for _ in range(config.num_hidden_layers)
-        )
+        if key not in pool:
+            config = local_config(self.model, self.model.config)  # a tensor-parallel shard holds only its own heads
+            heads = config.num_attention_heads
+            kv_heads = getattr(config, "num_key_value_heads", None) or heads
+            head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+            shape = (self.batch_size, kv_heads, self.columns, head_dim)
+            pool[key] = tuple(
+                (torch.zeros(shape, dtype=self.dtype, device=self.device),
+                 torch.zeros(shape, dtype=self.dtype, device=self.device))
+                for _ in range(config.num_hidden_layers)
+            )
+        # the same tuple every call: an HPU graph copies its `past` input into the captured one, which must
+        # therefore be this very tuple (a new one per call would overwrite the live cache with a stale copy)
+        self.past = pool[key]
+
+    def close(self) -> None:
+        """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache)."""
+        for module, tensor, seq_len in reversed(self._restore):
+            module.cache, module.inp_seq_len = tensor, seq_len
+        self._restore = []
 
     def _tensors(self) -> list[torch.Tensor]:
         if self.mechanism == "reuse_cache":
-            return [c.cache for pair in self.caches for c in pair]
+            return [_live(c).cache for pair in self.caches for c in pair]
         return [t for pair in self.past for t in pair]
 
     def _compact(self) -> None:
@@ -119,6 +158,7 @@ class GaudiModelRunner:
             index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[-1])
             tensor.copy_(tensor.gather(2, index))
         self.write = self.max_len  # live slots are < max_len, so columns max_len.. are free
+        self.write_t.fill_(self.max_len)
         self.compactions += 1
 
     @torch.no_grad()
@@ -138,9 +178,11 @@ class GaudiModelRunner:
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
         slots = start[:, None] + offsets  # (B, L) logical slots of the block
-        columns = self.write + offsets  # shared physical columns of the block
+        columns = self.write_t + offsets  # shared physical columns of the block
         self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
-        self.slot_of[:, self.write : self.write + length] = slots
+        # index_copy_ with a device index, as optimum-habana writes its caches: a Python-int slice would make
+        # one lazy-mode graph per write offset
+        self.slot_of.index_copy_(1, columns, slots)
         position_ids = (slots - self.pad[:, None]).clamp_min(0)
         # An HPU graph keeps the tensors of its capture call as its inputs and copies every later call's inputs
         # into them: pass a private copy, never a tensor the caller still holds (a draft token would be
@@ -151,6 +193,7 @@ class GaudiModelRunner:
         else:
             logits = self._forward_token_idx(tokens, slots, position_ids, columns, logits_to_keep)
         self.write += length
+        self.write_t.add_(length)
         if self.lazy_mode:
             hpu.mark_step()
         # an HPU graph replay returns the capture's own output tensors, refilled on the next replay, and the
@@ -184,8 +227,8 @@ class GaudiModelRunner:
             mask = (slots >= self.pad[:, None]).long()
             out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True)
             for (k, v), (new_k, new_v) in zip(self.past, out.past_key_values):
-                k[:, :, self.write : self.write + length].copy_(new_k)
-                v[:, :, self.write : self.write + length].copy_(new_v)
+                k.index_copy_(2, columns, new_k.to(k.dtype))
+                v.index_copy_(2, columns, new_v.to(v.dtype))
             logits = out.logits
             return logits[:, -logits_to_keep:] if logits_to_keep else logits
         mask = torch.zeros(batch, self.columns + 1, dtype=torch.long, device=self.device)
@@ -195,11 +238,50 @@ class GaudiModelRunner:
         return out.logits
 
 
+class _Bypass:
+    """A graph-wrapped plain model called with `bypass_hpu_graphs=True` (habana's wrapper then runs the Python
+    forward): its cache object and write slots reach the forward through attributes, which a captured graph
+    would freeze. Everything else is the model's."""
+
+    def __init__(self, model):
+        self.__dict__["_model"] = model
+
+    def __call__(self, *args, **kwargs):
+        return self._model(*args, bypass_hpu_graphs=True, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+class PlainModelOnGaudi:
+    """A plain transformers model (no token_idx cache) on Gaudi: the CPU/CUDA runner its probe picks, run outside
+    HPU graphs, with one mark_step per forward in lazy mode."""
+
+    def __init__(self, runner, lazy_mode: bool):
+        self.runner, self.lazy_mode = runner, lazy_mode
+        if is_graph_wrapped(runner.model):
+            runner.model = _Bypass(runner.model)
+
+    def forward(self, tokens, start, logits_to_keep: int = 0):
+        logits = self.runner.forward(tokens, start, logits_to_keep)
+        if self.lazy_mode:
+            hpu.mark_step()
+        return logits
+
+    def __getattr__(self, name):
+        return getattr(self.runner, name)
+
+
+def is_graph_wrapped(model) -> bool:
+    """True when habana's wrap_in_hpu_graph wrapped this module (it sets clear_cache on the instance)."""
+    return "clear_cache" in getattr(model, "__dict__", {}) or bool(getattr(model, "_optimum_uag_hpu_graph", False))
+
+
 def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target", *, options):
     """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the runner
-    its capability probe picks (a plain transformers model)."""
+    its capability probe picks (a plain transformers model), run outside HPU graphs."""
     if cache_mechanism(model) is None:
-        return default_runner(model, batch_size, capacity, pad, role)
+        return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role), options.lazy_mode)
     return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
                             hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
                             flash_attention_recompute=options.flash_attention_recompute)

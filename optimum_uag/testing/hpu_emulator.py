@@ -4,11 +4,12 @@ Everything computes with real torch math on the CPU; what would be hardware beha
 
 - `habana_frameworks.torch.core.mark_step` counts lazy-mode graph breaks (``emulator.mark_steps``); calls made
   while a captured HPU graph is being replayed are not counted, as on Gaudi, where a replay runs no Python.
-- `habana_frameworks.torch.hpu.wrap_in_hpu_graph` returns the module with its forward wrapped: every distinct
-  input signature (tensor shapes/dtypes and static arguments) is one graph capture (``emulator.captures``).
-  As on Gaudi, a replay copies the new inputs into the captured input tensors, runs on those, and returns the
-  *same* output tensors as the capture, refilled: a caller that keeps the logits of one call across the next
-  call of the same shape sees them overwritten, and in-place writes land in the captured inputs.
+- `habana_frameworks.torch.hpu.wrap_in_hpu_graph` behaves as habana's: one capture per input hash (tensor shapes,
+  not dtypes; other arguments by hash()), counted in ``emulator.captures``. A capture records the aten ops the
+  forward dispatches, with the tensors it reads by reference; a replay copies the new inputs into the captured
+  input tensors and re-executes that record without running Python: anything the forward reads through an
+  attribute (a KV-cache tensor, a `slots` index, a Python int) is what it was at capture. It returns the capture's
+  own output tensors, refilled.
 - hpex kernels (`FusedSDPA`, `FusedRMSNorm`, `RotaryPosEmbeddingHelperV1/V2/V3`, `apply_rotary_pos_emb`) are
   implemented with the reference formulas, so logits match plain transformers within fp32 tolerance.
 - optimum-habana's import-time synapse version probe (``pip list | grep habana-torch-plugin``) is answered, and a
@@ -35,12 +36,14 @@ import types
 from collections import defaultdict
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 # The SynapseAI release optimum-habana 1.21.2 validates (optimum/habana/utils/misc.py).
 EMULATED_SYNAPSE_VERSION = "1.24.0"
 _PROBE = "pip list | grep habana-torch-plugin"
 _ACTIVE: list["HPUEmulator"] = []
-_GRAPH_CACHES: list[set] = []  # the signature set of every wrapped module
+_GRAPH_CACHES: list[dict] = []  # the graph cache of every wrapped module
 
 
 _MODULES: dict[str, types.ModuleType] = {}  # built once: optimum-habana binds them at import time
@@ -55,6 +58,33 @@ def mark_step(*args, **kwargs) -> None:
     emulator = _current()
     if emulator is not None and not emulator._replaying:
         emulator.mark_steps += 1
+        if emulator._lazy is not None:
+            emulator._lazy.close()
+
+
+class _LazyGraphs(TorchDispatchMode):
+    """Lazy mode's graph cache, modelled: the ops dispatched between two mark_steps form one graph, identified by
+    each op's name, its tensors' shapes and dtypes and its non-tensor arguments (Python ints such as slice offsets
+    are baked into a lazy graph: a new offset is a new graph, compiled anew on Gaudi)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list = []
+        self.graphs: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        emulator = _current()
+        if emulator is not None and not emulator._replaying:
+            flat, _ = tree_flatten((args, kwargs))
+            self.ops.append((str(func), tuple(
+                (tuple(a.shape), str(a.dtype)) if isinstance(a, torch.Tensor) else repr(a) for a in flat)))
+        return func(*args, **kwargs)
+
+    def close(self) -> None:
+        if self.ops:
+            self.graphs.add(hash(tuple(self.ops)))
+            self.ops = []
 
 
 # ----------------------------------------------------------------------------------------------- hpex kernels
@@ -123,67 +153,150 @@ class FusedRMSNorm(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------------------------- HPU graphs
-def _signature(args, kwargs) -> tuple:
-    def sig(value):
-        if isinstance(value, torch.Tensor):
-            return ("T", tuple(value.shape), str(value.dtype))
-        if isinstance(value, (list, tuple)):
-            return tuple(sig(v) for v in value)
-        if isinstance(value, dict):
-            return tuple((k, sig(v)) for k, v in sorted(value.items()))
-        if value is None or isinstance(value, (bool, int, float, str, torch.Size, torch.dtype)):
-            return value
-        return type(value).__name__  # objects (caches) are captured by identity of their tensors' shapes
-    return (sig(list(args)), sig(kwargs))
+# habana_frameworks/torch/hpu/graphs.py (wrapped_hpugraph_forward), modelled on CPU:
+# - a graph is keyed by `input_hash((args, kwargs))`: dicts/lists/tuples recursively, a tensor by its shape and
+#   view (NOT its dtype), anything else by Python's hash() (an object without __hash__: its identity);
+# - the first call of a key captures: the forward runs once while every aten op it dispatches is recorded on a
+#   tape, with the tensors it touches (parameters, buffers, attribute tensors such as KVCache.cache, the tensors
+#   inside objects passed as arguments) held by reference. The user inputs are the tensors found in the
+#   dicts/lists/tuples of (args, kwargs), and only those;
+# - a replay copies the new call's input tensors into the capture's input tensors (copy_to), re-executes the
+#   tape (no Python: attribute reads, Python ints, .item() values and control flow are those of the capture)
+#   and returns the capture's own output objects, refilled;
+# - `bypass_hpu_graphs=True` calls the plain forward; `module.clear_cache()` drops the graphs.
+def input_hash(obj) -> int:
+    """habana's input_hash: containers recursively, tensors by (shape, view), other objects by hash()."""
+    if isinstance(obj, dict):
+        return input_hash(tuple(obj.items()))
+    if isinstance(obj, (list, tuple)):
+        return hash(tuple(input_hash(el) for el in obj))
+    if torch.is_tensor(obj):
+        return hash((tuple(obj.shape), tuple(obj.stride()), obj.storage_offset()))
+    return hash(obj)
 
 
-def _copy_into(dst, src) -> None:
-    """Refill captured tensors with a replay's values, in place (other values are part of the signature)."""
-    if isinstance(dst, torch.Tensor):
-        if dst is not src:
-            dst.copy_(src)
-    elif isinstance(dst, dict):  # ModelOutput included
-        for key in dst:
-            _copy_into(dst[key], src[key])
+def user_input_tensors(inputs) -> list[torch.Tensor]:
+    """habana's get_user_input_tensor_list: tensors in dicts/lists/tuples only (not inside other objects)."""
+    if isinstance(inputs, dict):
+        return [t for item in inputs.items() for t in user_input_tensors(item)]
+    if isinstance(inputs, (list, tuple)):
+        return [t for item in inputs for t in user_input_tensors(item)]
+    return [inputs] if torch.is_tensor(inputs) else []
+
+
+def copy_to(dst, src) -> None:
+    """habana's copy_to: refill the captured inputs from a replay's inputs (types must match)."""
+    if type(dst) is not type(src):
+        raise AssertionError(f"HPU graph replay: input type changed from {type(dst).__name__} to {type(src).__name__}")
+    if isinstance(dst, dict):
+        for (dk, dv), (sk, sv) in zip(dst.items(), src.items()):
+            assert dk == sk, (dk, sk)
+            copy_to(dv, sv)
     elif isinstance(dst, (list, tuple)):
         for d, v in zip(dst, src):
-            _copy_into(d, v)
+            copy_to(d, v)
+    elif torch.is_tensor(dst) and dst is not src:
+        dst.copy_(src)
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every aten op of a capture: (op, args, kwargs) with tensors as ("ext", tensor) or ("tape", i, j)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list = []
+        self.produced: dict[int, tuple[int, int]] = {}  # id(tensor) -> (op index, output index)
+        self.alive: list = []  # produced tensors kept alive during the capture, so that ids stay unique
+
+    def _ref(self, value):
+        if isinstance(value, torch.Tensor):
+            slot = self.produced.get(id(value))
+            return ("tape", *slot) if slot is not None else ("ext", value)
+        return ("val", value)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flat_args, spec = tree_flatten((args, kwargs))
+        flat_out, _ = tree_flatten(out)
+        index = len(self.ops)
+        self.ops.append((func, [self._ref(a) for a in flat_args], spec))
+        for j, value in enumerate(flat_out):
+            if isinstance(value, torch.Tensor):
+                self.produced[id(value)] = (index, j)
+                self.alive.append(value)
+        return out
+
+
+class _Graph:
+    """One captured graph: the tape, the capture's input structure and its output objects."""
+
+    def __init__(self, recorder: _Recorder, inputs, outputs):
+        self.ops = recorder.ops
+        self.inputs = inputs
+        self.outputs = outputs
+        flat, self.out_spec = tree_flatten(outputs)
+        self.out_refs = [recorder._ref(v) for v in flat]
+
+    def replay(self) -> None:
+        results: list = []
+        for func, refs, spec in self.ops:
+            args, kwargs = tree_unflatten([_resolve(r, results) for r in refs], spec)
+            results.append(tree_flatten(func(*args, **kwargs))[0])
+        for captured, ref in zip(tree_flatten(self.outputs)[0], self.out_refs):
+            if isinstance(captured, torch.Tensor) and ref[0] == "tape":
+                captured.copy_(results[ref[1]][ref[2]])
+
+
+def _resolve(ref, results):
+    kind = ref[0]
+    if kind == "tape":
+        return results[ref[1]][ref[2]]
+    return ref[1]
 
 
 def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dry_run=False, max_graphs=None,
                       verbose=False):
-    """Record one capture per distinct input signature of `module.forward`; replays do not count mark_steps."""
-    if getattr(module, "_hpu_graph_signatures", None) is not None:
+    """habana's wrap_in_hpu_graph on CPU: capture once per input_hash, replay a recorded tape (see above)."""
+    if getattr(module, "_hpu_graph_cache", None) is not None:
         return module
     original = module.forward
-    signatures: dict = {}  # signature -> (captured args, kwargs, outputs)
+    cache: dict[int, _Graph] = {}
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
+        if kwargs.pop("bypass_hpu_graphs", False):
+            return original(*args, **kwargs)
         emulator = _current()
         if emulator is None:
             return original(*args, **kwargs)
-        key = _signature(args, kwargs)
-        if key in signatures:
-            # habana's replay: copy the new inputs into the captured input tensors, run the graph on those,
-            # return the captured output tensors refilled (in-place writes land in the captured inputs)
-            captured_args, captured_kwargs, captured_outputs = signatures[key]
-            _copy_into((captured_args, captured_kwargs), (args, kwargs))
-            emulator._replaying += 1
-            try:
-                outputs = original(*captured_args, **captured_kwargs)
-            finally:
-                emulator._replaying -= 1
-            _copy_into(captured_outputs, outputs)
-            return captured_outputs
-        emulator.captures[emulator.name_of(module)] += 1
-        outputs = original(*args, **kwargs)
-        signatures[key] = (args, kwargs, outputs)
-        return outputs
+        inputs = (args, kwargs)
+        key = input_hash(inputs)
+        graph = cache.get(key)
+        if graph is None:
+            if max_graphs is not None and len(cache) == max_graphs:
+                return original(*args, **kwargs)
+            emulator.captures[emulator.name_of(module)] += 1
+            recorder = _Recorder()
+            with recorder:
+                outputs = original(*args, **kwargs)
+            cache[key] = _Graph(recorder, inputs, outputs)
+            recorder.alive.clear()
+            return outputs
+        copy_to(graph.inputs, inputs)
+        emulator._replaying += 1
+        try:
+            with torch.no_grad():
+                graph.replay()
+        finally:
+            emulator._replaying -= 1
+        emulator.replays[emulator.name_of(module)] += 1
+        return graph.outputs
 
     module.forward = forward
-    module._hpu_graph_signatures = signatures
-    _GRAPH_CACHES.append(signatures)
+    module._hpu_graph_cache = cache
+    module.clear_cache = cache.clear
+    _GRAPH_CACHES.append(cache)
     return module
 
 
@@ -191,11 +304,13 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
 class HPUEmulator(contextlib.AbstractContextManager):
     """Installs the fake `habana_frameworks` (and answers optimum-habana's probes) while active."""
 
-    def __init__(self, device_name: str = "GAUDI2", device_count: int = 1):
+    def __init__(self, device_name: str = "GAUDI2", device_count: int = 1, lazy_graphs: bool = False):
         self.device_name = device_name
+        self._lazy = _LazyGraphs() if lazy_graphs else None
         self.device_count = device_count
         self.mark_steps = 0
         self.captures: dict[str, int] = defaultdict(int)
+        self.replays: dict[str, int] = defaultdict(int)
         self.names: dict[int, str] = {}
         self._replaying = 0
         self._saved_modules: dict[str, types.ModuleType | None] = {}
@@ -206,9 +321,31 @@ class HPUEmulator(contextlib.AbstractContextManager):
         """Zero the counters; with clear_graphs, also forget captured graphs (as htcore's clear_cache)."""
         self.mark_steps = 0
         self.captures.clear()
+        self.replays.clear()
+        if self._lazy is not None:
+            self._lazy.ops, self._lazy.graphs = [], set()
         if clear_graphs:
-            for signatures in _GRAPH_CACHES:
-                signatures.clear()
+            for cache in _GRAPH_CACHES:
+                cache.clear()
+
+    @property
+    def lazy_graphs(self) -> int:
+        """Distinct lazy-mode graphs seen so far (HPUEmulator(lazy_graphs=True) only)."""
+        if self._lazy is None:
+            raise RuntimeError("construct the emulator with HPUEmulator(lazy_graphs=True) to count lazy graphs")
+        return len(self._lazy.graphs)
+
+    @contextlib.contextmanager
+    def counting_lazy_graphs(self):
+        """Count distinct lazy-mode graphs (ops between mark_steps) inside the block: `with ... as lazy: len(lazy.graphs)`."""
+        lazy, previous = _LazyGraphs(), self._lazy
+        self._lazy = lazy
+        try:
+            with lazy:
+                yield lazy
+        finally:
+            lazy.close()
+            self._lazy = previous
 
     def name_of(self, module) -> str:
         return self.names.get(id(module), type(module).__name__)
@@ -327,9 +464,13 @@ class HPUEmulator(contextlib.AbstractContextManager):
         self._saved_run = subprocess.run
         subprocess.run = self._run
         _ACTIVE.append(self)
+        if self._lazy is not None:
+            self._lazy.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._lazy is not None:
+            self._lazy.__exit__(*exc)
         _ACTIVE.remove(self)
         subprocess.run = self._saved_run
         for name, mod in self._saved_modules.items():

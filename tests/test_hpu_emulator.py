@@ -1,0 +1,122 @@
+"""The HPU emulator's graph wrapper against the behaviour of habana's own `wrap_in_hpu_graph`.
+
+Reference: habana_frameworks/torch/hpu/graphs.py (`wrapped_hpugraph_forward`, `input_hash`, `copy_to`,
+`get_user_input_tensor_list`): a graph is keyed by the hash of (args, kwargs) with tensors hashed by shape and
+view (not dtype) and other objects by hash(); a replay copies the user input tensors (those inside
+dicts/lists/tuples) into the capture's, replays the recorded device work and returns the capture's outputs.
+Everything the forward reaches otherwise (module attributes, tensors inside objects) is what it was at capture.
+"""
+import pytest
+import torch
+
+from optimum_uag.testing.hpu_emulator import HPUEmulator, input_hash, wrap_in_hpu_graph
+
+
+class Stateful(torch.nn.Module):
+    """Reads a Python int, an attribute tensor (replaced between calls), and writes into a buffer in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.scale = 1
+        self.state = torch.zeros(2)
+        self.writes = torch.zeros(4)
+
+    def forward(self, x, where=None, holder=None):
+        self.state.add_(1)
+        if where is not None:
+            self.writes.index_copy_(0, where, torch.ones_like(where, dtype=self.writes.dtype))
+        out = self.lin(x) * self.scale + self.state
+        if holder is not None:
+            out = out + holder.t
+        return out
+
+
+@pytest.fixture
+def emu():
+    with HPUEmulator() as emulator:
+        yield emulator
+
+
+def test_replay_copies_inputs_into_the_capture_and_returns_its_outputs(emu):
+    m = wrap_in_hpu_graph(Stateful())
+    x1 = torch.ones(1, 3)
+    out1 = m(x1)
+    x2 = torch.full((1, 3), 2.0)
+    out2 = m(x2)
+    assert out2 is out1  # the capture's own output object, refilled
+    assert torch.equal(x1, x2)  # the new input was copied into the captured input tensor
+    with torch.no_grad():
+        expected = m.lin(x2) + 2  # state was incremented twice (in place, on the captured tensor)
+    assert torch.allclose(out2, expected)
+    assert emu.captures["Stateful"] == 1 and emu.replays["Stateful"] == 1
+
+
+def test_attribute_state_is_frozen_at_capture(emu):
+    m = wrap_in_hpu_graph(Stateful())
+    m(torch.ones(1, 3))
+    captured_state = m.state
+    m.scale = 100  # a Python int read by the forward
+    m.state = torch.full((2,), 50.0)  # an attribute tensor replaced (as KVCache.allocate does)
+    out = m(torch.ones(1, 3))
+    with torch.no_grad():
+        frozen = m.lin(torch.ones(1, 3)) * 1 + 2
+    assert torch.allclose(out, frozen)  # scale 1 and the OLD state tensor, incremented in place
+    assert torch.equal(captured_state, torch.full((2,), 2.0)) and torch.equal(m.state, torch.full((2,), 50.0))
+
+
+def test_in_place_index_writes_go_to_the_captured_buffer_at_captured_indices(emu):
+    m = wrap_in_hpu_graph(Stateful())
+    m(torch.ones(1, 3), where=torch.tensor([0]))
+    m.writes.zero_()
+    m(torch.ones(1, 3), where=torch.tensor([3]))  # a tensor index is an input: the replay honours it
+    assert m.writes.tolist() == [0.0, 0.0, 0.0, 1.0]
+
+
+def test_tensors_inside_objects_are_not_inputs_and_objects_key_by_hash(emu):
+    class Holder:  # default hash: identity, as habana's input_hash falls back to hash(obj)
+        def __init__(self, value):
+            self.t = torch.full((2,), value)
+
+    m = wrap_in_hpu_graph(Stateful())
+    h = Holder(10.0)
+    m(torch.ones(1, 3), holder=h)
+    h.t = torch.full((2,), 1000.0)  # replaced inside the same object: the graph still reads the old tensor
+    out = m(torch.ones(1, 3), holder=h)
+    assert out.max() < 100
+    assert emu.captures["Stateful"] == 1
+    m(torch.ones(1, 3), holder=Holder(10.0))  # another object: another graph
+    assert emu.captures["Stateful"] == 2
+
+
+def test_graphs_are_keyed_by_shape_not_dtype(emu):
+    m = wrap_in_hpu_graph(Stateful())
+    m(torch.ones(1, 3))
+    m(torch.ones(1, 3, dtype=torch.float64))
+    assert emu.captures["Stateful"] == 1
+    m(torch.ones(2, 3))
+    assert emu.captures["Stateful"] == 2
+    assert input_hash(((torch.ones(2),), {})) == input_hash(((torch.ones(2, dtype=torch.int64),), {}))
+    assert input_hash(((torch.ones(2),), {"a": 1})) != input_hash(((torch.ones(2),), {"a": 2}))
+
+
+def test_replays_run_no_python_and_bypass_and_clear_cache(emu):
+    from optimum_uag.testing.hpu_emulator import mark_step
+
+    calls = []
+
+    class Counting(torch.nn.Module):
+        def forward(self, x):
+            calls.append(1)
+            mark_step()
+            return x * 2
+
+    m = wrap_in_hpu_graph(Counting())
+    m(torch.ones(2))
+    m(torch.ones(2))
+    assert len(calls) == 1 and emu.mark_steps == 1  # the replay ran no Python (no mark_step either)
+    m(torch.ones(2), bypass_hpu_graphs=True)
+    assert len(calls) == 2
+    m.clear_cache()
+    m(torch.ones(2))
+    assert len(calls) == 3 and emu.captures["Counting"] == 2
