@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_return_sequences", type=int, default=1, help="samples per prompt (with --do_sample)")
     p.add_argument("--bad_words", type=str, nargs="+", default=None, help="words that must not be generated")
     p.add_argument("--n_iterations", type=int, default=1)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed warmup passes over the first batch (default: 3 on Gaudi, as optimum-habana; 1 "
+                        "elsewhere); every other batch shape also gets one untimed pass, so that graph captures "
+                        "and compilation stay out of the timed region")
     p.add_argument("--seed", type=int, default=27)
     p.add_argument("--output_dir", default=None, help="write results.json here")
     p.add_argument("--compare_baseline", action="store_true",
@@ -57,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--static_shapes", action="store_true", default=True, help="always on (static shapes)")
     p.add_argument("--use_hpu_graphs", action="store_true", help="Gaudi: wrap both models in HPU graphs")
     p.add_argument("--reuse_cache", action="store_true", help="Gaudi: preallocated KV caches")
-    p.add_argument("--bucket_size", type=int, default=-1, help="Gaudi: bucketed KV cache (accepted for compatibility)")
+    p.add_argument("--bucket_size", type=int, default=-1,
+                   help="Gaudi: optimum-habana's bucketed KV cache, applied to the target-only baseline (optimum-uag's "
+                        "caches are static; its prompts are bucketed by 16)")
     p.add_argument("--load_quantized_model_with_inc", action="store_true",
                    help="Gaudi: load a checkpoint already quantized to FP8 with INC")
     # optimum-habana's attention / graph knobs, so its command lines run unchanged
@@ -71,7 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher (unused)")
     p.add_argument("--shard_assistant", action="store_true",
                    help="multi-card: shard the assistant with AutoTP too (default: replicated on every rank)")
-    p.add_argument("--ignore_eos", action="store_true", help="generate max_new_tokens even past EOS (benchmarks)")
+    p.add_argument("--ignore_eos", action=argparse.BooleanOptionalAction, default=None,
+                   help="generate max_new_tokens even past EOS (default: on for Gaudi runs, as optimum-habana's "
+                        "run_generation.py; off elsewhere, where chat answers end at EOS); --no-ignore_eos to stop")
     p.add_argument("--assistant_quant_config", default=None,
                    help="quantize the assistant too (a JSON as QUANT_CONFIG; e.g. maxabs_quant_assistant.json)")
     return p
@@ -367,10 +374,26 @@ def _hub_reachable() -> bool:
         return False
 
 
+def device_sync(device):
+    """What waits for the device's queued work: torch.hpu.synchronize on Gaudi (lazy mode queues the graphs),
+    torch.cuda.synchronize on CUDA, nothing on the CPU."""
+    import torch
+
+    if device.type == "hpu":
+        import habana_frameworks.torch.hpu as torch_hpu
+
+        return torch_hpu.synchronize
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
 def timed(fn, sync):
+    """Seconds of fn() up to its output on the host (as optimum-habana times generate(...).cpu())."""
     sync()
     t0 = time.perf_counter()
     out = fn()
+    (out.sequences if hasattr(out, "sequences") else out).cpu()
     sync()
     return out, time.perf_counter() - t0
 
@@ -396,6 +419,10 @@ def run_generate(argv=None) -> dict:
     from . import assisted_generate
 
     on_gaudi = args.device == "hpu" or args.emulate_hpu
+    if args.ignore_eos is None:  # optimum-habana's run_generation.py default (True) for Gaudi command lines
+        args.ignore_eos = on_gaudi
+    if args.warmup is None:  # optimum-habana's default on Gaudi; one pass elsewhere (the emulator included)
+        args.warmup = 3 if args.device == "hpu" and not args.emulate_hpu else 1
     for flag in GAUDI_ONLY:
         if getattr(args, flag) and not on_gaudi:
             fail(f"--{flag} needs Intel Gaudi: run with --device hpu on Gaudi, add --emulate_hpu to dry-run the "
@@ -431,6 +458,10 @@ def run_generate(argv=None) -> dict:
                 fail(str(exc))
     torch.manual_seed(args.seed)
     device = resolve_device(args.device, args.emulate_hpu)
+    if device.type == "hpu" and (quant_config or args.assistant_quant_config or args.load_quantized_model_with_inc):
+        import habana_frameworks.torch.core as htcore
+
+        htcore.hpu_set_env()  # as optimum-habana's setup_device, before any model reaches the HPU
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     ws = distributed.world_size()
     if ws > 1:
@@ -439,11 +470,16 @@ def run_generate(argv=None) -> dict:
         distributed.init(device)
     elif args.shard_assistant:
         fail("--shard_assistant needs a multi-card launch (deepspeed --num_gpus N ...)")
-    model, tokenizer, target_path = load(args.model_name_or_path, "target", device, dtype, args)
+    # multi-card: load on the CPU and shard there, then move each rank's shard (a full 70B model fits no card)
+    load_device = torch.device("cpu") if ws > 1 else device
+    if args.load_quantized_model_with_inc:
+        model, tokenizer, target_path = load_inc_quantized(args.model_name_or_path, device, dtype, args)
+    else:
+        model, tokenizer, target_path = load(args.model_name_or_path, "target", load_device, dtype, args)
     assistant = assistant_tok = None
     assistant_path = None
     if not args.no_assistant and not args.prompt_lookup_num_tokens:
-        assistant, assistant_tok, assistant_path = load(args.assistant_model, "assistant", device, dtype, args)
+        assistant, assistant_tok, assistant_path = load(args.assistant_model, "assistant", load_device, dtype, args)
         if args.assistant_tokenizer:
             from transformers import AutoTokenizer
 
@@ -458,6 +494,9 @@ def run_generate(argv=None) -> dict:
                 assistant = distributed.shard(assistant, dtype, "assistant")
         except ValueError as exc:
             fail(str(exc))
+        model = model.to(device)
+        if assistant is not None:
+            assistant = assistant.to(device)
     model = maybe_quantize(model, quant_config, "QUANT_CONFIG")
     if assistant is not None:
         assistant = maybe_quantize(assistant, args.assistant_quant_config, "--assistant_quant_config")
@@ -465,23 +504,33 @@ def run_generate(argv=None) -> dict:
     if on_gaudi:
         from .gaudi.device import graph_wrapped
 
+        from .gaudi.runner import cache_mechanism
+
         gaudi_kwargs = dict(lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") != "0", hpu_graphs=args.use_hpu_graphs)
-        config = model.generation_config  # what optimum-habana's example sets for its own static-shape loop
+        config = model.generation_config  # optimum-uag's own loop reads these
         config.static_shapes, config.reuse_cache, config.bucket_size = True, True, -1
         config.ignore_eos, config.trim_logits = args.ignore_eos, True
         config.use_flash_attention = args.use_flash_attention
         config.flash_attention_recompute = args.flash_attention_recompute
+        baseline_config = upstream_generation_config(model, args)
         for name, m in (("target", model), ("assistant", assistant)):
             if m is not None:
                 if EMULATOR:
                     EMULATOR[0].name(m, name)
-                if args.use_hpu_graphs:
+                if args.use_hpu_graphs and cache_mechanism(m) is not None:
                     graph_wrapped(m)
+                elif args.use_hpu_graphs:
+                    notes.append(f"the {name} ({type(m).__name__}) is not an optimum-habana Gaudi model: it runs "
+                                 "outside HPU graphs (a captured graph would freeze its cache object)")
 
     prompts, source = read_prompts(args)
     prompts, templated = apply_chat(tokenizer, prompts, args.use_chat_template, args.chat_template)
     no_ops = ignored(args)
-    if no_ops:
+    if no_ops and on_gaudi:
+        notes.append(f"accepted for compatibility with optimum-habana: {', '.join(no_ops)}; applied to the "
+                     "target-only baseline (optimum-habana's own loop, as its run_generation.py), no effect on "
+                     "optimum-uag's loop")
+    elif no_ops:
         notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(no_ops)}")
     if args.batch_size > len(prompts):
         notes.append(f"batch_size {args.batch_size} > {len(prompts)} prompts: prompts are repeated to fill the batch")
@@ -504,7 +553,7 @@ def run_generate(argv=None) -> dict:
                           num_return_sequences=args.num_return_sequences)
     if args.bad_words:  # as optimum-habana: each word's ids without special tokens
         gen_kwargs["bad_words_ids"] = [tokenizer.encode(w, add_special_tokens=False) for w in args.bad_words]
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync = device_sync(device)
 
     def ours(enc):
         extra = dict(num_assistant_tokens=args.num_assistant_tokens,
@@ -522,6 +571,9 @@ def run_generate(argv=None) -> dict:
         from .runners.compile import transformers_compile_config
 
         baseline_kwargs = dict(cache_implementation="static", compile_config=transformers_compile_config(device))
+
+    if on_gaudi:  # optimum-habana's run_generation.py: its generation config, every upstream flag applied
+        baseline_kwargs["generation_config"] = baseline_config
 
     def target_only(enc):
         return model.generate(**enc, **gen_kwargs, **baseline_kwargs)
@@ -553,23 +605,45 @@ def run_generate(argv=None) -> dict:
     from tqdm.auto import tqdm
 
     warmup_seconds = {name: 0.0 for name in runs}
-    for _ in range(args.warmup):
+    captures = {name: {} for name in runs}  # HPU graphs each run captured (emulator), warmup included
+
+    def call(name, fn, enc):
+        before = dict(EMULATOR[0].captures) if EMULATOR else {}
+        out, seconds = timed(lambda: fn(enc), sync)
+        for model_name, n in (EMULATOR[0].captures.items() if EMULATOR else ()):
+            if model_name in ("target", "assistant") and n > before.get(model_name, 0):
+                captures[name][model_name] = captures[name].get(model_name, 0) + n - before.get(model_name, 0)
+        return out, seconds
+
+    # untimed: args.warmup passes over the first batch (optimum-habana's warmup), then one pass over every other
+    # batch shape, so that graph captures and compilation stay out of the timed region
+    shapes, warm = {tuple(encoded[0]["input_ids"].shape)}, [encoded[0]] * args.warmup
+    for enc in encoded[1:]:
+        if args.warmup and tuple(enc["input_ids"].shape) not in shapes:
+            shapes.add(tuple(enc["input_ids"].shape))
+            warm.append(enc)
+    for enc in warm:
         for name, fn in runs.items():
             torch.manual_seed(args.seed)
-            warmup_seconds[name] += timed(lambda: fn(encoded[0]), sync)[1]
+            warmup_seconds[name] += call(name, fn, enc)[1]
     steps = [(it, b) for it in range(args.n_iterations) for b in range(len(encoded))]
+    per_iteration: dict = {}  # iteration -> [accepted, drafted] of optimum-uag
+    mismatched = []  # (iteration, batch) where greedy optimum-uag differs from target-only
     for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty() or distributed.rank() != 0):
         enc = encoded[b]
         prompt_len = enc["input_ids"].shape[1]
         for name, fn in runs.items():  # side by side, same inputs
             torch.manual_seed(args.seed + it)
-            out, seconds = timed(lambda: fn(enc), sync)
+            out, seconds = call(name, fn, enc)
             seqs = out.sequences if hasattr(out, "sequences") else out
             results[name]["seconds"] += seconds
             results[name]["tokens"] += count_new(seqs, prompt_len, eos_ids)
             last[name] = seqs
             if name == "optimum_uag":
                 m = out.metrics
+                per_iteration.setdefault(it, [0, 0])
+                per_iteration[it][0] += m.accepted_tokens
+                per_iteration[it][1] += m.draft_tokens
                 if metrics_total is None:
                     metrics_total = m
                 else:
@@ -577,6 +651,8 @@ def run_generate(argv=None) -> dict:
                                   "row_target_calls", "draft_seconds", "translate_seconds", "verify_seconds",
                                   "bookkeeping_seconds"):
                         setattr(metrics_total, field, getattr(metrics_total, field) + getattr(m, field))
+        if use_drafting and not args.do_sample and not torch.equal(last["optimum_uag"], last["target_only"]):
+            mismatched.append([it, b])
 
     def tps(name):
         r = results[name]
@@ -615,23 +691,75 @@ def run_generate(argv=None) -> dict:
             translate_share=m.translate_seconds / round_time if round_time else 0.0,
             graph_captures={"target": len(m.target_shapes), "assistant": len(m.draft_shapes)},
         )
-        if not args.do_sample:
-            report["outputs_match_target"] = bool(torch.equal(last["optimum_uag"], last["target_only"]))
+        report["acceptance_per_iteration"] = [round(a / d, 6) if d else 0.0 for a, d in
+                                              (per_iteration[i] for i in sorted(per_iteration))]
+        if not args.do_sample:  # every batch of every iteration, not only the last
+            report["outputs_match_target"] = not mismatched
+            report["mismatched_batches"] = mismatched
     if EMULATOR:
         report["device"] = "hpu (emulated on CPU)"
-    if EMULATOR and args.use_hpu_graphs:  # what the emulator saw: captures per model over the whole run (warmup included)
-        report["graph_captures"] = {name: n for name, n in EMULATOR[0].captures.items()
-                                    if name in ("target", "assistant")}
+    if EMULATOR and args.use_hpu_graphs:  # what the emulator saw, per run (warmup included)
+        report["graph_captures"] = captures.get(main_name, {})
+        report["baseline_graph_captures"] = captures["target_only"]
+        report["graph_capture_log"] = [[name, shapes]
+                                       for name, shapes in EMULATOR[0].capture_log]
     from .quantization import finalize_measurements
 
     if finalize_measurements(model):
         notes.append("FP8 measurement dumped; rerun with QUANT_CONFIG pointing at the matching quantize config")
+    if assistant is not None and finalize_measurements(assistant):
+        notes.append("assistant FP8 measurement dumped; rerun with --assistant_quant_config pointing at the matching "
+                     "quantize config (e.g. maxabs_quant_assistant.json)")
     if ws > 1:  # every rank decoded the same tokens (sharded target, replicated draft, same seed)
         report["ranks_agree"] = distributed.ranks_agree(last[main_name])
         report["assistant_sharded"] = bool(args.shard_assistant)
     report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in last[main_name].tolist()]
     report["sample_text"] = tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
     return report
+
+
+def upstream_generation_config(model, args):
+    """The generation config optimum-habana's run_generation.py builds (utils.setup_generation_config) for its
+    target-only loop: every upstream flag applied, so the baseline runs as the same upstream command would."""
+    import copy
+
+    from optimum.habana.checkpoint_utils import model_is_optimized
+
+    config = copy.deepcopy(model.generation_config)
+    optimized = model_is_optimized(model.config)
+    config.use_cache = True
+    config.static_shapes = optimized
+    config.bucket_size = args.bucket_size if optimized else -1
+    config.reuse_cache = args.reuse_cache
+    config.ignore_eos = args.ignore_eos
+    for flag in ("bucket_internal", "trim_logits", "attn_softmax_bf16", "limit_hpu_graphs", "clear_hpu_graphs_cache",
+                 "reduce_recompile", "use_flex_attention", "use_flash_attention", "flash_attention_recompute",
+                 "flash_attention_causal_mask", "flash_attention_fast_softmax", "attn_batch_split",
+                 "decode_attn_batch_split"):
+        setattr(config, flag, getattr(args, flag))
+    if config.reduce_recompile and config.bucket_size <= 0:
+        fail("--reduce_recompile needs --bucket_size > 0 (as in optimum-habana)")
+    config.valid_sequence_lengths = None
+    return config
+
+
+def load_inc_quantized(path: str, device, dtype, args):
+    """An FP8 checkpoint saved by Intel Neural Compressor, loaded as optimum-habana's run_generation.py does:
+    neural_compressor.torch.quantization.load(..., format="huggingface", device="hpu")."""
+    from transformers import AutoTokenizer
+
+    try:
+        from neural_compressor.torch.quantization import load as inc_load
+    except ImportError:
+        fail("--load_quantized_model_with_inc needs Intel Neural Compressor: pip install 'optimum-uag[quant]'")
+    path = resolve_model_name(path) if path else fail("--load_quantized_model_with_inc needs --model_name_or_path")
+    hub = dict(revision=args.model_revision, token=args.token, trust_remote_code=args.trust_remote_code)
+    model = inc_load(model_name_or_path=path, format="huggingface", device=device.type, torch_dtype=dtype, **hub).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, **hub)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer, path
 
 
 def maybe_quantize(model, path: str | None, flag: str):

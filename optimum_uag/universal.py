@@ -207,8 +207,7 @@ class UniversalDrafter:
             new_texts.append(texts[b][clean])
         windows = [self._target_window(b, s) for b, s in enumerate(self.synced)]
         conts = self.target_text.continuations(windows, new_texts)
-        candidates = torch.zeros(len(rows), width, dtype=torch.long)
-        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        cand_rows, valid_rows = [], []
         for b, cont in enumerate(conts):
             if cont is None:  # the last committed target token would merge with the new text: encode it alone
                 cont = self.target_text.encode_alone(new_texts[b]) if self.synced[b] == lengths[b] else []
@@ -218,9 +217,11 @@ class UniversalDrafter:
             if eos_hits[b]:
                 cont = cont + [self.target_eos[0]]
             cont = cont[:width]
-            if cont:
-                candidates[b, : len(cont)] = torch.tensor(cont)
-                valid[b, : len(cont)] = True
+            cand_rows.append(cont + [0] * (width - len(cont)))
+            valid_rows.append([True] * len(cont) + [False] * (width - len(cont)))
+        # one host tensor per round (no per-row writes: on Gaudi each varying slice would be a new lazy graph)
+        candidates = torch.tensor(cand_rows, dtype=torch.long).reshape(len(rows), width)
+        valid = torch.tensor(valid_rows, dtype=torch.bool).reshape(len(rows), width)
         self._round = {"drafted": rows, "texts": texts, "width": width + 1}
         device = state.tokens.device
         # With sampling, these proposals are deterministic given the draft: the verifier uses one-hot q.

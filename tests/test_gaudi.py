@@ -395,16 +395,18 @@ def test_plain_model_wrapped_in_hpu_graphs_stays_exact(plain, emu, gaudi_models)
 def test_lazy_mode_graphs_do_not_grow_with_the_number_of_steps(plain, emu, gaudi_models, draft):
     """Finding 5: in lazy mode (no HPU graphs) the ops between two mark_steps form one graph; a Python int that
     changes every step (a slice offset, `write + offsets`) makes a new graph per step. Longer generation must
-    not need more distinct graphs."""
+    not need more distinct graphs (a cache compaction, once the write position reaches the end, adds its own: at
+    most two)."""
     tok, atok, _, _ = plain["tokenizers"]
     name = "assistant_same_tokenizer" if draft == "same" else "assistant"
     extra = dict(tokenizer=tok, assistant_tokenizer=atok) if draft == "cross" else {}
     counts = []
-    for max_new in (24, 60):
+    for max_new in (24, 100):
         with emu.counting_lazy_graphs() as lazy:
             out = assisted_generate(gaudi_models["target"], gaudi_models[name], plain["ids4"], plain["mask4"],
                                     max_new_tokens=max_new, do_sample=False, eos_token_id=None, lazy_mode=True,
                                     hpu_graphs=False, **extra)
-        counts.append(len(lazy.graphs))
+        counts.append((len(lazy.graphs), lazy.segments))
         assert out.metrics.target_calls > 3
-    assert counts[0] == counts[1], counts
+    (few, steps_few), (many, steps_many) = counts
+    assert steps_many > 3 * steps_few and many <= few + 2, counts

@@ -120,3 +120,23 @@ def test_replays_run_no_python_and_bypass_and_clear_cache(emu):
     m.clear_cache()
     m(torch.ones(2))
     assert len(calls) == 3 and emu.captures["Counting"] == 2
+
+
+@pytest.mark.parametrize("table_shape", ["SD", "11SD"])
+def test_fused_rope_takes_optimum_habanas_call_shapes(table_shape):
+    """Finding 9: optimum-habana calls FusedRoPE with the cos/sin tables as (1, 1, S, D) and position_ids (B, L)
+    (modeling_all_models.apply_customized_rope_module); the kernel must index the positions, as transformers'
+    apply_rotary_pos_emb does on the gathered cos/sin."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as reference
+
+    from optimum_uag.testing.hpu_emulator import RotaryPosEmbeddingHelperV2
+
+    torch.manual_seed(0)
+    B, H, L, S, D = 2, 3, 4, 16, 8
+    q = torch.randn(B, H, L, D)
+    cos, sin = torch.randn(S, D), torch.randn(S, D)
+    position_ids = torch.tensor([[3, 4, 5, 6], [0, 1, 2, 3]])
+    table = (cos, sin) if table_shape == "SD" else (cos[None, None], sin[None, None])
+    got = RotaryPosEmbeddingHelperV2.apply(q, *table, position_ids)
+    expected, _ = reference(q, q, cos[position_ids], sin[position_ids])
+    torch.testing.assert_close(got, expected)

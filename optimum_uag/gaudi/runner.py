@@ -11,6 +11,9 @@ from ..runners.registry import make_runner as default_runner
 from . import device as hpu
 
 
+PROMPT_BUCKET = 16  # prompt (prefill) blocks are left-extended to a multiple of this: bounded prefill graphs
+
+
 def cache_mechanism(model) -> str | None:
     """How a model can keep a static KV cache on Gaudi: "reuse_cache", "token_idx", or None (plain model)."""
     if hasattr(model, "allocate_kv_cache") and _accepts(model, "reuse_cache"):
@@ -51,6 +54,18 @@ def _pool(model) -> dict:
     return model.__dict__.setdefault("_optimum_uag_kv_pool", {})
 
 
+def _width(needed: int) -> int:
+    return max(128, 1 << (needed - 1).bit_length())
+
+
+def _pooled_width(model, mechanism, batch_size, dtype, needed: int) -> int:
+    """The narrowest pooled cache of this model for (mechanism, batch, dtype) with at least `needed` columns,
+    else `needed`."""
+    widths = [key[2] for key in _pool(model) if key[:2] == (mechanism, batch_size) and key[3] == dtype
+              and key[2] >= needed]
+    return min(widths, default=needed)
+
+
 class GaudiModelRunner:
     """Runs a Gaudi model over a static KV cache of fixed shape; rows share one write column (token_idx).
 
@@ -61,7 +76,7 @@ class GaudiModelRunner:
     `start` simply hides the columns holding slots >= start (they are masked, never moved). Rows accept
     different numbers of tokens per round, so columns run out faster than slots; when the write column would
     pass the end, one fixed-shape gather per layer moves each row's live entries to the front (compaction).
-    The physical cache has twice the logical capacity, so compactions are rare (about one per generate call).
+    The physical cache has at least 1.5x the logical capacity (a power of two), so compactions are rare.
 
     Mechanisms:
     - "reuse_cache": models with `allocate_kv_cache` (Llama, Mistral, Qwen2, ...): the model's own KVCache
@@ -81,8 +96,11 @@ class GaudiModelRunner:
         self.device = model.device
         self.batch_size = batch_size
         self.max_len = max_len
-        # twice the logical capacity, in buckets of 128 so nearby max_new_tokens reuse the same graphs
-        self.columns = columns or -(-2 * max_len // 128) * 128
+        # room for compaction (at least half the logical capacity, 64 columns or more), rounded up to a power of
+        # two; a pooled cache at least this wide is reused (see _allocate): the cache shapes, hence the graphs,
+        # depend on neither the exact prompt length nor max_new_tokens
+        self.columns = columns or _pooled_width(model, cache_mechanism(model), batch_size, model.dtype,
+                                                _width(max_len + max(64, max_len // 2)))
         if self.columns <= max_len:
             raise ValueError(f"columns ({self.columns}) must exceed max_len ({max_len}): compaction needs free columns")
         self.pad = pad_lengths.to(self.device)
@@ -165,6 +183,13 @@ class GaudiModelRunner:
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
         """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32)."""
         batch, length = tokens.shape
+        extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 else 0
+        if extra:
+            # the prompt block, left-extended to a multiple of PROMPT_BUCKET: one prefill graph per bucket, not
+            # per prompt length. The extra columns hold negative slots: never visible, dropped by compaction.
+            tokens = torch.cat([tokens[:, :1].expand(batch, extra), tokens], dim=1)
+            logits = self.forward(tokens, start - extra, logits_to_keep)
+            return logits if logits_to_keep else logits[:, extra:]
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             keep = length if logits_to_keep in (0, None) else logits_to_keep
@@ -187,7 +212,7 @@ class GaudiModelRunner:
         # An HPU graph keeps the tensors of its capture call as its inputs and copies every later call's inputs
         # into them: pass a private copy, never a tensor the caller still holds (a draft token would be
         # overwritten by the next one)
-        tokens = tokens.clone()
+        tokens = tokens.clone(memory_format=torch.contiguous_format)  # standard strides: one view hash per shape
         if self.mechanism == "reuse_cache":
             logits = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep)
         else:

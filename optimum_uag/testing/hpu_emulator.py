@@ -71,6 +71,7 @@ class _LazyGraphs(TorchDispatchMode):
         super().__init__()
         self.ops: list = []
         self.graphs: set = set()
+        self.segments = 0  # graphs executed (mark_steps that closed a non-empty graph)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -83,6 +84,7 @@ class _LazyGraphs(TorchDispatchMode):
 
     def close(self) -> None:
         if self.ops:
+            self.segments += 1
             self.graphs.add(hash(tuple(self.ops)))
             self.ops = []
 
@@ -101,6 +103,9 @@ class RotaryPosEmbeddingMode(enum.Enum):
 def apply_rotary_pos_emb(x, cos, sin, position_ids=None, offset=0, mode=RotaryPosEmbeddingMode.BLOCKWISE):
     """Reference RoPE (blockwise = transformers' rotate_half convention)."""
     if position_ids is not None:
+        # optimum-habana passes the table as (1, 1, S, D) (apply_customized_rope_module) or (S, D): index positions
+        while cos.dim() > 2 and cos.shape[0] == 1:
+            cos, sin = cos[0], sin[0]
         cos, sin = cos[position_ids], sin[position_ids]
         if cos.dim() == 3 and x.dim() == 4:  # (B, L, D) -> (B, 1, L, D)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
@@ -277,6 +282,9 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
             if max_graphs is not None and len(cache) == max_graphs:
                 return original(*args, **kwargs)
             emulator.captures[emulator.name_of(module)] += 1
+            emulator.capture_log.append((emulator.name_of(module), {
+                k: (tuple(v.shape), tuple(v.stride()), v.storage_offset()) for k, v in kwargs.items()
+                if isinstance(v, torch.Tensor)} | {k: repr(v)[:40] for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, tuple, list))}))
             recorder = _Recorder()
             with recorder:
                 outputs = original(*args, **kwargs)
@@ -310,6 +318,7 @@ class HPUEmulator(contextlib.AbstractContextManager):
         self.device_count = device_count
         self.mark_steps = 0
         self.captures: dict[str, int] = defaultdict(int)
+        self.capture_log: list = []  # (model name, {tensor kwarg: shape}) of every capture, in order
         self.replays: dict[str, int] = defaultdict(int)
         self.names: dict[int, str] = {}
         self._replaying = 0
@@ -321,6 +330,7 @@ class HPUEmulator(contextlib.AbstractContextManager):
         """Zero the counters; with clear_graphs, also forget captured graphs (as htcore's clear_cache)."""
         self.mark_steps = 0
         self.captures.clear()
+        self.capture_log.clear()
         self.replays.clear()
         if self._lazy is not None:
             self._lazy.ops, self._lazy.graphs = [], set()
