@@ -126,6 +126,7 @@ def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
     assert res["graph_captures"]["target"] == 2 and res["baseline_graph_captures"]["target"] == 2
     assert 2 <= res["graph_captures"]["assistant"] <= 4  # decode + re-feed + prefill bucket(s)
     assert res["args"]["use_flash_attention"] is True
+    assert res["args"]["ignore_eos"] is True  # optimum-habana's default for Gaudi command lines
     assert any("--trim_logits, --attn_softmax_bf16" in note for note in res["notes"])
 
 
@@ -164,6 +165,24 @@ def test_quant_config_env(tmp_path):
     res = json.loads((tmp_path / "q" / "results.json").read_text())
     assert res["outputs_match_target"] is True and len(res["output_ids"]) == 2
     assert any("repeated" in note for note in res["notes"]) and "repeated" in proc.stdout
+
+
+@pytest.mark.slow
+def test_fp8_measure_dumps_target_and_assistant_statistics(tmp_path):
+    """Issue 12 finding 7: a MEASURE run finalizes every measured model, the assistant included (its own
+    dump_stats_path), as the two-step FP8 flow needs both."""
+    configs = REPO / "habana_configs" / "quantization_config"
+    assistant_config = json.loads((configs / "maxabs_measure_qdq.json").read_text())
+    assistant_config["dump_stats_path"] = "./hqt_output/measure_assistant_qdq"
+    (tmp_path / "measure_assistant_qdq.json").write_text(json.dumps(assistant_config))
+    proc = run(["--max_new_tokens", "6", "--prompt", "def f(x):", "--output_dir", str(tmp_path / "o"),
+                "--assistant_quant_config", str(tmp_path / "measure_assistant_qdq.json")], tmp_path,
+               env={"QUANT_CONFIG": str(configs / "maxabs_measure_qdq.json")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert any((tmp_path / "hqt_output").glob("measure_qdq*.json"))
+    assert any((tmp_path / "hqt_output").glob("measure_assistant_qdq*.json"))
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert any("assistant FP8 measurement dumped" in note for note in res["notes"])
 
 
 def test_malformed_prompt_file_names_the_line(tmp_path):

@@ -410,3 +410,19 @@ def test_lazy_mode_graphs_do_not_grow_with_the_number_of_steps(plain, emu, gaudi
         assert out.metrics.target_calls > 3
     (few, steps_few), (many, steps_many) = counts
     assert steps_many > 3 * steps_few and many <= few + 2, counts
+
+
+def test_cli_baseline_runs_with_optimum_habanas_generation_config(emu, gaudi_models):
+    """Finding 6: the flags optimum-uag's own loop does not need still reach the target-only baseline, built as
+    optimum-habana's run_generation.py builds it (setup_generation_config), without touching the model's."""
+    from optimum_uag.cli import build_parser, upstream_generation_config
+
+    model = gaudi_models["target"]
+    args = build_parser().parse_args(["--bucket_size", "16", "--bucket_internal", "--trim_logits",
+                                      "--attn_softmax_bf16", "--limit_hpu_graphs", "--reduce_recompile",
+                                      "--reuse_cache", "--use_flash_attention", "--no-ignore_eos"])
+    config = upstream_generation_config(model, args)
+    assert config.static_shapes and config.reuse_cache and config.bucket_size == 16 and config.bucket_internal
+    assert config.trim_logits and config.attn_softmax_bf16 and config.limit_hpu_graphs and config.reduce_recompile
+    assert config.use_flash_attention and config.ignore_eos is False
+    assert getattr(model.generation_config, "bucket_size", -1) != 16
