@@ -14,7 +14,8 @@ from optimum_uag.translation import same_vocabulary
 
 def test_paths_exist_and_load_offline(embedded):
     paths = embedded_models()
-    assert set(paths) == {"target", "assistant", "assistant_same_tokenizer"}
+    assert set(paths) == {"target", "assistant", "assistant_same_tokenizer", "smollm2_assistant",
+                          "smollm2_assistant_cross"}
     for name, path in paths.items():
         assert (Path(path) / "config.json").is_file()
     assert os.environ["HF_HUB_OFFLINE"] == "1"
@@ -28,7 +29,7 @@ def test_sizes_within_limits(embedded):
     assert 20e6 <= n["target"] <= 35e6
     assert n["assistant"] <= 2.1e6 and n["assistant_same_tokenizer"] <= 2.1e6
     disk = sum(f.stat().st_size for p in embedded_models().values() for f in Path(p).iterdir())
-    assert disk <= 64 * 2**20
+    assert disk <= 100 * 10**6  # all embedded weights together (the tiny family + the SmolLM2 drafts)
 
 
 def test_tokenizers_differ_and_match(embedded):
