@@ -395,8 +395,9 @@ def test_plain_model_wrapped_in_hpu_graphs_stays_exact(plain, emu, gaudi_models)
 def test_lazy_mode_graphs_do_not_grow_with_the_number_of_steps(plain, emu, gaudi_models, draft):
     """Finding 5: in lazy mode (no HPU graphs) the ops between two mark_steps form one graph; a Python int that
     changes every step (a slice offset, `write + offsets`) makes a new graph per step. Longer generation must
-    not need more distinct graphs (a cache compaction, once the write position reaches the end, adds its own: at
-    most two)."""
+    not need more distinct graphs. A cache compaction (once the write column reaches the end of a model's cache)
+    adds its own graphs: at most two per model, target and draft (measured: +2 same, +3 cross for 4x the steps;
+    before the fix the cross draft's per-row writes added a graph every few steps: 19 -> 27 for 2.5x)."""
     tok, atok, _, _ = plain["tokenizers"]
     name = "assistant_same_tokenizer" if draft == "same" else "assistant"
     extra = dict(tokenizer=tok, assistant_tokenizer=atok) if draft == "cross" else {}
@@ -409,7 +410,7 @@ def test_lazy_mode_graphs_do_not_grow_with_the_number_of_steps(plain, emu, gaudi
         counts.append((len(lazy.graphs), lazy.segments))
         assert out.metrics.target_calls > 3
     (few, steps_few), (many, steps_many) = counts
-    assert steps_many > 3 * steps_few and many <= few + 2, counts
+    assert steps_many > 3 * steps_few and many <= few + 4, counts
 
 
 def test_cli_baseline_runs_with_optimum_habanas_generation_config(emu, gaudi_models):
