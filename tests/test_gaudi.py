@@ -4,6 +4,7 @@ adapt_transformers_to_gaudi() patches transformers for the rest of the process, 
 (conftest orders them) and every plain-transformers reference is computed before the emulator starts.
 """
 import importlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -427,3 +428,28 @@ def test_cli_baseline_runs_with_optimum_habanas_generation_config(emu, gaudi_mod
     assert config.trim_logits and config.attn_softmax_bf16 and config.limit_hpu_graphs and config.reduce_recompile
     assert config.use_flash_attention and config.ignore_eos is False
     assert getattr(model.generation_config, "bucket_size", -1) != 16
+
+
+@pytest.mark.slow
+def test_fp8_inc_gaudi_target_with_reuse_cache(plain, emu, gaudi_models, tmp_path, monkeypatch):
+    """Finding 3's setting: an INC FP8 (QDQ on CPU) quantized Gaudi Llama with reuse_cache, measured then
+    quantized; assisted output == the quantized target's own (optimum-habana's static-shape generate). INC
+    patches KVCache modules only on HPU (here they stay KVCache); the runner reads a PatchedKVCache's live
+    `orig_mod` (runner._live), which only a Gaudi run can exercise."""
+    from optimum_uag.quantization import finalize_measurements, quantize_model
+
+    monkeypatch.chdir(tmp_path)
+    configs = Path(__file__).resolve().parents[1] / "habana_configs" / "quantization_config"
+    config = AutoConfig.from_pretrained(gaudi_models["target"].name_or_path)
+    load = lambda: _gaudi_class(config).from_pretrained(gaudi_models["target"].name_or_path,  # noqa: E731
+                                                        torch_dtype=torch.float32).eval()
+    gaudi = dict(static_shapes=True, reuse_cache=True, lazy_mode=True, hpu_graphs=False, do_sample=False)
+    measured = quantize_model(load(), configs / "maxabs_measure_qdq.json")
+    measured.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=8, **gaudi)
+    finalize_measurements(measured)
+    quantized = quantize_model(load(), configs / "maxabs_quant_qdq.json")
+    expected = quantized.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24, **gaudi)
+    out = assisted_generate(quantized, gaudi_models["assistant_same_tokenizer"], plain["ids4"], plain["mask4"],
+                            max_new_tokens=24, **gaudi)
+    assert torch.equal(out.sequences, expected)
+    assert out.metrics.tau > 1.5

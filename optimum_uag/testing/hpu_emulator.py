@@ -473,6 +473,12 @@ class HPUEmulator(contextlib.AbstractContextManager):
             sys.modules[name] = mod
         self._saved_run = subprocess.run
         subprocess.run = self._run
+        # habana registers torch.hpu; the emulated machine has no HPU device (tensors stay on the CPU), which is
+        # what libraries that probe it (Intel Neural Compressor's accelerator detection) must see
+        self._added_torch_hpu = not hasattr(torch, "hpu")
+        if self._added_torch_hpu:
+            torch.hpu = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0,
+                                              synchronize=lambda *a, **k: None)
         _ACTIVE.append(self)
         if self._lazy is not None:
             self._lazy.__enter__()
@@ -483,6 +489,8 @@ class HPUEmulator(contextlib.AbstractContextManager):
             self._lazy.__exit__(*exc)
         _ACTIVE.remove(self)
         subprocess.run = self._saved_run
+        if self._added_torch_hpu:
+            del torch.hpu
         for name, mod in self._saved_modules.items():
             if mod is None:
                 sys.modules.pop(name, None)
