@@ -755,7 +755,7 @@ def load_inc_quantized(path: str, device, dtype, args):
         fail("--load_quantized_model_with_inc needs Intel Neural Compressor: pip install 'optimum-uag[quant]'")
     path = resolve_model_name(path) if path else fail("--load_quantized_model_with_inc needs --model_name_or_path")
     hub = dict(revision=args.model_revision, token=args.token, trust_remote_code=args.trust_remote_code)
-    model = inc_load(model_name_or_path=path, format="huggingface", device=device.type, torch_dtype=dtype, **hub).eval()
+    model = inc_load(model_name_or_path=path, format="huggingface", device=device.type, **hub).eval()  # as upstream
     tokenizer = AutoTokenizer.from_pretrained(path, **hub)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
