@@ -474,7 +474,7 @@ def run_generate(argv=None) -> dict:
     # multi-card: load on the CPU and shard there, then move each rank's shard (a full 70B model fits no card)
     load_device = torch.device("cpu") if ws > 1 else device
     if args.load_quantized_model_with_inc:
-        model, tokenizer, target_path = load_inc_quantized(args.model_name_or_path, device, dtype, args)
+        model, tokenizer, target_path = load_inc_quantized(args.model_name_or_path, device, args)
     else:
         model, tokenizer, target_path = load(args.model_name_or_path, "target", load_device, dtype, args)
     assistant = assistant_tok = None
@@ -744,7 +744,7 @@ def upstream_generation_config(model, args):
     return config
 
 
-def load_inc_quantized(path: str, device, dtype, args):
+def load_inc_quantized(path: str, device, args):
     """An FP8 checkpoint saved by Intel Neural Compressor, loaded as optimum-habana's run_generation.py does:
     neural_compressor.torch.quantization.load(..., format="huggingface", device="hpu")."""
     from transformers import AutoTokenizer

@@ -94,6 +94,16 @@ def _gaudi_class(config):
         "llama": "LlamaForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}[config.model_type])
 
 
+def _habanas_own_greedy(target, ids, mask, config):
+    """optimum-habana's own static-shape generate() (optimum-uag's routing switched off), 24 greedy tokens."""
+    optimum_uag.disable()
+    try:
+        return target.generate(ids, attention_mask=mask, max_new_tokens=24, do_sample=False, lazy_mode=True,
+                               hpu_graphs=True, generation_config=config)
+    finally:
+        optimum_uag.enable()
+
+
 def _gaudi_copy(config, state):
     model = _gaudi_class(config)(config)
     model.load_state_dict(state)
@@ -263,12 +273,7 @@ def test_assisted_equals_optimum_habanas_own_static_generate(plain, emu, gaudi_m
     target = gaudi_models["target"]
     config = target.generation_config
     config.static_shapes, config.reuse_cache, config.bucket_size, config.trim_logits = True, True, -1, True
-    optimum_uag.disable()  # optimum-habana's own generate()
-    try:
-        own = target.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24, do_sample=False,
-                              lazy_mode=True, hpu_graphs=True, generation_config=config)
-    finally:
-        optimum_uag.enable()
+    own = _habanas_own_greedy(target, plain["ids4"], plain["mask4"], config)
     assert torch.equal(own, plain["greedy4"])
     out = target.generate(plain["ids4"], attention_mask=plain["mask4"], max_new_tokens=24, do_sample=False,
                           lazy_mode=True, hpu_graphs=True, generation_config=config,
@@ -358,12 +363,8 @@ def test_reuse_cache_target_survives_batch_shape_changes(plain, emu, gaudi_model
         out = assisted_generate(target, draft, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=24,
                                 do_sample=False, **GAUDI)
         assert torch.equal(out.sequences, plain[f"greedy{batch}"]), batch
-        optimum_uag.disable()  # optimum-habana's own generate() on the same wrapped model, as the CLI alternates
-        try:
-            own = target.generate(plain["ids1"], attention_mask=plain["mask1"], max_new_tokens=24, do_sample=False,
-                                  lazy_mode=True, hpu_graphs=True, generation_config=config)
-        finally:
-            optimum_uag.enable()
+        # optimum-habana's own generate() on the same wrapped model, as the CLI alternates
+        own = _habanas_own_greedy(target, plain["ids1"], plain["mask1"], config)
         assert torch.equal(own, plain["greedy1"])
 
 

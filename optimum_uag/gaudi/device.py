@@ -28,6 +28,11 @@ def graph_wrapped(model):
     return wrapped
 
 
+def is_graph_wrapped(model) -> bool:
+    """True when habana's wrap_in_hpu_graph wrapped this module (it sets clear_cache on the instance)."""
+    return "clear_cache" in getattr(model, "__dict__", {}) or bool(getattr(model, "_optimum_uag_hpu_graph", False))
+
+
 def is_gaudi_model(model) -> bool:
     """True for optimum-habana's Gaudi model classes (after adapt_transformers_to_gaudi) or a model on HPU."""
     if type(model).__module__.startswith("optimum.habana"):

@@ -284,7 +284,7 @@ class PlainModelOnGaudi:
 
     def __init__(self, runner, lazy_mode: bool):
         self.runner, self.lazy_mode = runner, lazy_mode
-        if is_graph_wrapped(runner.model):
+        if hpu.is_graph_wrapped(runner.model):
             runner.model = _Bypass(runner.model)
 
     def forward(self, tokens, start, logits_to_keep: int = 0):
@@ -295,11 +295,6 @@ class PlainModelOnGaudi:
 
     def __getattr__(self, name):
         return getattr(self.runner, name)
-
-
-def is_graph_wrapped(model) -> bool:
-    """True when habana's wrap_in_hpu_graph wrapped this module (it sets clear_cache on the instance)."""
-    return "clear_cache" in getattr(model, "__dict__", {}) or bool(getattr(model, "_optimum_uag_hpu_graph", False))
 
 
 def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target", *, options):
