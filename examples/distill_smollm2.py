@@ -6,12 +6,17 @@ Stages (each writes into --work_dir and appends to --work_dir/log.json; run in o
                held-out set): pass 0 greedy, then sampled passes (T=0.7, T=1.0) until --gen_minutes; the top-16
                log-probabilities of the target at every answer position are recorded on the way (logit distillation
                without a second teacher pass)
+  score        teacher-forced logits on text (cheaper per token than generating): SmolLM2's top-16 log-probabilities at
+               every position of --score_minutes worth of 256-token chunks of the interpreter's standard library and of
+               the installed packages' descriptions (METADATA: English prose in Markdown), saved as score.pt
   same         `smollm2_assistant`: a Llama with SmolLM2's own tokenizer, embeddings initialised from a PCA of
                SmolLM2's embedding matrix; loss 0.8 KL(top-16 teacher || draft) + 0.2 CE on the answers
-               (sequence-level + logit distillation), CE on the prompt tokens
+               (sequence-level + logit distillation); --text_share of the draws are scored text chunks
   cross_tok    the cross draft's own tokenizer: Llama/SentencePiece style BPE with byte fallback ('▁', <0xNN>),
                8192 pieces, trained on the generated text (so it differs from SmolLM2's byte-level BPE)
-  cross        `smollm2_assistant_cross`: a GPT-NeoX trained on the same conversations re-tokenized with that tokenizer
+  cross        `smollm2_assistant_cross`: a GPT-NeoX trained (CE) on the same conversations re-tokenized with that
+               tokenizer (and --text_share of scored text); each piece's embedding starts as the mean of the
+               PCA-projected SmolLM2 embeddings of the SmolLM2 tokens of its text
   export       fp16 safetensors + tokenizers into optimum_uag/models/
   eval         tau of both drafts with optimum-uag on the held-out chat prompts (greedy, 128 new tokens)
 
@@ -109,14 +114,71 @@ def stage_gen(work: Path, minutes: float, batch: int) -> None:
         minutes=round((time.time() - t0) / 60, 1), passes=[str(p) for p in passes], max_new_tokens=MAX_NEW)
 
 
+# ---------------------------------------------------------------------------------------------- score
+def text_chunks(tok, length: int, max_chars: int = 2_500_000) -> list[list[int]]:
+    """256-token chunks alternating Python (standard library) and prose (package descriptions), deduplicated,
+    in a fixed shuffled order (so a time-budgeted run takes a prefix of the same list)."""
+    import random
+    from importlib import metadata
+
+    from train_embedded_models import corpus_files
+
+    skip = ("encodings/", "test/", "idlelib/", "lib2to3/", "pydoc_data/", "unicodedata", "_pydecimal")
+    code = [text for rel, text in corpus_files()[0] if not rel.startswith(skip)]
+    seen, prose = set(), []
+    for dist in metadata.distributions():
+        body = dist.metadata.get_payload() or ""
+        if len(body) > 500 and body not in seen:
+            seen.add(body)
+            prose.append(body)
+    out = []
+    for texts in (code, prose):
+        texts = sorted(texts)
+        random.Random(7).shuffle(texts)
+        ids, chars = [], 0
+        for text in texts:
+            if chars > max_chars:
+                break
+            chars += len(text)
+            ids.extend(tok(text)["input_ids"] + [tok.eos_token_id])
+        chunks = [ids[i : i + length] for i in range(0, len(ids) - length, length)]
+        random.Random(11).shuffle(chunks)
+        out.append(chunks)
+    return [c for pair in zip(*out) for c in pair]
+
+
+def stage_score(work: Path, minutes: float, batch: int, length: int = 256) -> None:
+    model, tok = teacher()
+    chunks = text_chunks(tok, length)
+    out_path = work / "score.pt"
+    records = torch.load(out_path, weights_only=False) if out_path.exists() else []  # resume
+    t0 = time.time()
+    for start in range(len(records), len(chunks), batch):
+        if time.time() - t0 > minutes * 60:
+            break
+        ids = torch.tensor(chunks[start : start + batch])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids).logits[:, :-1].float(), -1)
+        v, i = logp.topk(TOPK, dim=-1)
+        for r in range(ids.shape[0]):
+            row = ids[r].tolist()
+            records.append({"prompt": None, "prompt_ids": row[:1], "answer_ids": row[1:], "top_v": v[r].half(),
+                            "top_i": i[r].int(), "pass": "text"})
+        print(f"[score] {len(records)}/{len(chunks)} chunks {sum(len(r['answer_ids']) for r in records)} tokens "
+              f"{time.time() - t0:.0f}s", flush=True)
+        torch.save(records, out_path)
+    log(work, "score", chunks=len(records), tokens=sum(len(r["answer_ids"]) for r in records), chunk_tokens=length,
+        minutes=round((time.time() - t0) / 60, 1))
+
+
 # ----------------------------------------------------------------------------------------------- train
 def padded(rows: list[list[int]], pad: int) -> torch.Tensor:
     width = max(map(len, rows))
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
 
 
-def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch) -> dict:
-    """Time-budgeted AdamW with a cosine schedule sized from the first 10 steps."""
+def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch, weights=None) -> dict:
+    """Time-budgeted AdamW with a cosine schedule sized from the first 10 steps; items drawn uniformly or by weight."""
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.05)
     gen = torch.Generator().manual_seed(5678)
     model.train()
@@ -127,7 +189,10 @@ def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch) -> di
             print(f"[{name}] {(time.time() - t0) / 10:.3f}s/step -> {total} steps", flush=True)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, 30, total or 1000, peak_lr)
-        idx = torch.randint(0, n_items, (batch,), generator=gen).tolist()
+        if weights is None:
+            idx = torch.randint(0, n_items, (batch,), generator=gen).tolist()
+        else:
+            idx = torch.multinomial(weights, batch, replacement=True, generator=gen).tolist()
         loss = make_batch(model, idx)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -141,25 +206,29 @@ def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch) -> di
     return {"steps": step, "minutes": round((time.time() - t0) / 60, 1), "final_loss": round(float(np.mean(losses[-50:])), 4)}
 
 
-def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int, name: str = "smollm2_assistant") -> None:
+def training_records(work: Path, text_share: float):
+    """SmolLM2's chat answers (gen.pt) and, if scored, text chunks (score.pt); weights give the text chunks
+    `text_share` of the draws."""
+    records = torch.load(work / "gen.pt", weights_only=False)
+    text = torch.load(work / "score.pt", weights_only=False) if (work / "score.pt").exists() and text_share > 0 else []
+    weights = torch.tensor([(1 - text_share) / len(records)] * len(records) + [text_share / max(1, len(text))] * len(text))
+    return records + text, weights
+
+
+def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int, name: str = "smollm2_assistant",
+               text_share: float = 0.3) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     seed_all(2345)
-    records = torch.load(work / "gen.pt", weights_only=False)
-    big, tok = teacher()
-    emb = big.get_input_embeddings().weight.detach()
-    # PCA of the teacher's embeddings: a head start for the draft's (tied) embedding/LM head.
-    mean = emb.mean(0, keepdim=True)
-    _, _, v = torch.pca_lowrank(emb - mean, q=hidden, center=False, niter=4)
-    init = (emb - mean) @ v
-    init = init * (0.02 / init.std())
+    records, weights = training_records(work, text_share)
+    _, tok = teacher()
+    init = teacher_embedding_pca(hidden)  # a head start for the draft's (tied) embedding/LM head
     cfg = LlamaConfig(
-        vocab_size=emb.shape[0], hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+        vocab_size=init.shape[0], hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
         num_attention_heads=max(2, hidden // 64), num_key_value_heads=max(1, hidden // 128), head_dim=64,
         max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5,
         bos_token_id=1, eos_token_id=2, pad_token_id=2, torch_dtype="float16",
     )
-    del big
     model = LlamaForCausalLM(cfg)
     model.get_input_embeddings().weight.data.copy_(init)
     vocab = cfg.vocab_size
@@ -186,11 +255,11 @@ def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int,
         ce = -logp.gather(-1, torch.cat(targets)[:, None]).mean()
         return 0.8 * kl + 0.2 * ce
 
-    stats = train(work, "same", model, make_batch, len(records), minutes, 3e-3, batch)
+    stats = train(work, "same", model, make_batch, len(records), minutes, 3e-3, batch, weights)
     model.save_pretrained(work / name)
     tok.save_pretrained(work / name)
     log(work, name, hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()),
-        vocab=vocab, **stats)
+        vocab=vocab, items=len(records), text_share=text_share, **stats)
 
 
 def conversation_texts(records, tok) -> list[str]:
@@ -211,11 +280,35 @@ def stage_cross_tok(work: Path, vocab: int) -> None:
     log(work, "cross_tok", vocab=len(draft_tok), lines=len(lines))
 
 
-def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int) -> None:
+def teacher_embedding_pca(hidden: int) -> torch.Tensor:
+    """SmolLM2's embedding matrix projected on its first `hidden` principal components, scaled to std 0.02."""
+    big, _ = teacher()
+    emb = big.get_input_embeddings().weight.detach()
+    mean = emb.mean(0, keepdim=True)
+    _, _, v = torch.pca_lowrank(emb - mean, q=hidden, center=False, niter=4)
+    init = (emb - mean) @ v
+    return init * (0.02 / init.std())
+
+
+def cross_embedding_init(ttok, dtok, hidden: int) -> torch.Tensor:
+    """A head start for a draft with ANOTHER tokenizer: each draft piece's text is tokenized by SmolLM2 and gets the
+    mean of those tokens' PCA-projected SmolLM2 embeddings (byte and special pieces: small random)."""
+    pca = teacher_embedding_pca(hidden)
+    init = torch.randn(len(dtok), hidden) * 0.02
+    for piece, i in dtok.get_vocab().items():
+        if i >= len(dtok) or piece.startswith("<") and piece.endswith(">"):
+            continue
+        ids = ttok(piece.replace("▁", " "), add_special_tokens=False)["input_ids"]
+        if ids:
+            init[i] = pca[ids].mean(0)
+    return init
+
+
+def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int, text_share: float = 0.3) -> None:
     from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
 
     seed_all(4567)
-    records = torch.load(work / "gen.pt", weights_only=False)
+    records, weights = training_records(work, text_share)
     from optimum_uag.models import smollm2
 
     ttok = AutoTokenizer.from_pretrained(smollm2())
@@ -229,6 +322,7 @@ def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int
         pad_token_id=dtok.pad_token_id, torch_dtype="float16",
     )
     model = GPTNeoXForCausalLM(cfg)
+    model.get_input_embeddings().weight.data.copy_(cross_embedding_init(ttok, dtok, hidden))
 
     def make_batch(m, idx):
         rows = [enc[i] for i in idx]
@@ -239,11 +333,11 @@ def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int
         keep = mask[:, 1:].reshape(-1).float()
         return (nll * keep).sum() / keep.sum()
 
-    stats = train(work, "cross", model, make_batch, len(enc), minutes, 3e-3, batch)
+    stats = train(work, "cross", model, make_batch, len(enc), minutes, 3e-3, batch, weights)
     model.save_pretrained(work / "smollm2_assistant_cross")
     dtok.save_pretrained(work / "smollm2_assistant_cross")
     log(work, "cross", hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()), vocab=len(dtok),
-        tokens=sum(map(len, enc)), **stats)
+        tokens=sum(map(len, enc)), items=len(enc), text_share=text_share, **stats)
 
 
 # ---------------------------------------------------------------------------------------------- export/eval
@@ -286,11 +380,14 @@ def stage_eval(work: Path, n_prompts: int, max_new_tokens: int) -> None:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stage", default="all", choices=["all", "gen", "same", "cross_tok", "cross", "export", "eval"])
+    parser.add_argument("--stage", default="all", choices=["all", "gen", "score", "same", "cross_tok", "cross", "export", "eval"])
     parser.add_argument("--work_dir", default="smollm2_distill")
     parser.add_argument("--out_dir", default=str(Path(__file__).resolve().parents[1] / "optimum_uag" / "models"))
     parser.add_argument("--gen_minutes", type=float, default=25)
     parser.add_argument("--gen_batch", type=int, default=24)
+    parser.add_argument("--score_minutes", type=float, default=15)
+    parser.add_argument("--score_batch", type=int, default=8)
+    parser.add_argument("--text_share", type=float, default=0.3, help="share of training draws from the scored text")
     parser.add_argument("--same_minutes", type=float, default=25)
     parser.add_argument("--same_hidden", type=int, default=128)
     parser.add_argument("--same_layers", type=int, default=2)
@@ -306,16 +403,19 @@ def main():
     torch.set_num_threads(args.threads)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    stages = ["gen", "same", "cross_tok", "cross", "export", "eval"] if args.stage == "all" else [args.stage]
+    stages = ["gen", "score", "same", "cross_tok", "cross", "export", "eval"] if args.stage == "all" else [args.stage]
     for stage in stages:
         if stage == "gen":
             stage_gen(work, args.gen_minutes, args.gen_batch)
+        elif stage == "score":
+            stage_score(work, args.score_minutes, args.score_batch)
         elif stage == "same":
-            stage_same(work, args.same_minutes, args.same_hidden, args.same_layers, args.batch, args.same_out)
+            stage_same(work, args.same_minutes, args.same_hidden, args.same_layers, args.batch, args.same_out,
+                       args.text_share)
         elif stage == "cross_tok":
             stage_cross_tok(work, args.cross_vocab)
         elif stage == "cross":
-            stage_cross(work, args.cross_minutes, args.cross_hidden, args.cross_layers, args.batch)
+            stage_cross(work, args.cross_minutes, args.cross_hidden, args.cross_layers, args.batch, args.text_share)
         elif stage == "export":
             stage_export(work, Path(args.out_dir))
         elif stage == "eval":
