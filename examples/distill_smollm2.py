@@ -177,8 +177,8 @@ def padded(rows: list[list[int]], pad: int) -> torch.Tensor:
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows])
 
 
-def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch, weights=None) -> dict:
-    """Time-budgeted AdamW with a cosine schedule sized from the first 10 steps; items drawn uniformly or by weight."""
+def train(work, name, model, make_batch, weights, minutes, peak_lr, batch) -> dict:
+    """Time-budgeted AdamW with a cosine schedule sized from the first 10 steps; items drawn by weight."""
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.05)
     gen = torch.Generator().manual_seed(5678)
     model.train()
@@ -189,10 +189,7 @@ def train(work, name, model, make_batch, n_items, minutes, peak_lr, batch, weigh
             print(f"[{name}] {(time.time() - t0) / 10:.3f}s/step -> {total} steps", flush=True)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, 30, total or 1000, peak_lr)
-        if weights is None:
-            idx = torch.randint(0, n_items, (batch,), generator=gen).tolist()
-        else:
-            idx = torch.multinomial(weights, batch, replacement=True, generator=gen).tolist()
+        idx = torch.multinomial(weights, batch, replacement=True, generator=gen).tolist()
         loss = make_batch(model, idx)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -221,8 +218,9 @@ def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int,
 
     seed_all(2345)
     records, weights = training_records(work, text_share)
-    _, tok = teacher()
-    init = teacher_embedding_pca(hidden)  # a head start for the draft's (tied) embedding/LM head
+    big, tok = teacher()
+    init = teacher_embedding_pca(big, hidden)  # a head start for the draft's (tied) embedding/LM head
+    del big
     cfg = LlamaConfig(
         vocab_size=init.shape[0], hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
         num_attention_heads=max(2, hidden // 64), num_key_value_heads=max(1, hidden // 128), head_dim=64,
@@ -255,7 +253,7 @@ def stage_same(work: Path, minutes: float, hidden: int, layers: int, batch: int,
         ce = -logp.gather(-1, torch.cat(targets)[:, None]).mean()
         return 0.8 * kl + 0.2 * ce
 
-    stats = train(work, "same", model, make_batch, len(records), minutes, 3e-3, batch, weights)
+    stats = train(work, "same", model, make_batch, weights, minutes, 3e-3, batch)
     model.save_pretrained(work / name)
     tok.save_pretrained(work / name)
     log(work, name, hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()),
@@ -280,9 +278,8 @@ def stage_cross_tok(work: Path, vocab: int) -> None:
     log(work, "cross_tok", vocab=len(draft_tok), lines=len(lines))
 
 
-def teacher_embedding_pca(hidden: int) -> torch.Tensor:
+def teacher_embedding_pca(big, hidden: int) -> torch.Tensor:
     """SmolLM2's embedding matrix projected on its first `hidden` principal components, scaled to std 0.02."""
-    big, _ = teacher()
     emb = big.get_input_embeddings().weight.detach()
     mean = emb.mean(0, keepdim=True)
     _, _, v = torch.pca_lowrank(emb - mean, q=hidden, center=False, niter=4)
@@ -290,13 +287,13 @@ def teacher_embedding_pca(hidden: int) -> torch.Tensor:
     return init * (0.02 / init.std())
 
 
-def cross_embedding_init(ttok, dtok, hidden: int) -> torch.Tensor:
+def cross_embedding_init(big, ttok, dtok, hidden: int) -> torch.Tensor:
     """A head start for a draft with ANOTHER tokenizer: each draft piece's text is tokenized by SmolLM2 and gets the
     mean of those tokens' PCA-projected SmolLM2 embeddings (byte and special pieces: small random)."""
-    pca = teacher_embedding_pca(hidden)
+    pca = teacher_embedding_pca(big, hidden)
     init = torch.randn(len(dtok), hidden) * 0.02
     for piece, i in dtok.get_vocab().items():
-        if i >= len(dtok) or piece.startswith("<") and piece.endswith(">"):
+        if piece.startswith("<") and piece.endswith(">"):
             continue
         ids = ttok(piece.replace("▁", " "), add_special_tokens=False)["input_ids"]
         if ids:
@@ -309,9 +306,7 @@ def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int
 
     seed_all(4567)
     records, weights = training_records(work, text_share)
-    from optimum_uag.models import smollm2
-
-    ttok = AutoTokenizer.from_pretrained(smollm2())
+    big, ttok = teacher()
     dtok = AutoTokenizer.from_pretrained(work / "tok_cross")
     texts = conversation_texts(records, ttok)
     enc = [dtok(t)["input_ids"] for t in texts]
@@ -322,7 +317,8 @@ def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int
         pad_token_id=dtok.pad_token_id, torch_dtype="float16",
     )
     model = GPTNeoXForCausalLM(cfg)
-    model.get_input_embeddings().weight.data.copy_(cross_embedding_init(ttok, dtok, hidden))
+    model.get_input_embeddings().weight.data.copy_(cross_embedding_init(big, ttok, dtok, hidden))
+    del big
 
     def make_batch(m, idx):
         rows = [enc[i] for i in idx]
@@ -333,7 +329,7 @@ def stage_cross(work: Path, minutes: float, hidden: int, layers: int, batch: int
         keep = mask[:, 1:].reshape(-1).float()
         return (nll * keep).sum() / keep.sum()
 
-    stats = train(work, "cross", model, make_batch, len(enc), minutes, 3e-3, batch, weights)
+    stats = train(work, "cross", model, make_batch, weights, minutes, 3e-3, batch)
     model.save_pretrained(work / "smollm2_assistant_cross")
     dtok.save_pretrained(work / "smollm2_assistant_cross")
     log(work, "cross", hidden=hidden, layers=layers, params=sum(p.numel() for p in model.parameters()), vocab=len(dtok),
