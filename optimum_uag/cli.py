@@ -776,7 +776,7 @@ def maybe_quantize(model, path: str | None, flag: str):
 
 
 def _same(a, b) -> bool:
-    from .translation import same_vocabulary
+    from .engine.drafters.translation import same_vocabulary
 
     return same_vocabulary(a, b)
 

@@ -101,7 +101,7 @@ class CleanLlama(LlamaForCausalLM):
 
 
 def clean_llama(tokenizer, seed: int, layers: int = 2, hidden: int = 32) -> CleanLlama:
-    from optimum_uag.translation import token_bytes
+    from optimum_uag.engine.drafters.translation import token_bytes
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,

@@ -92,7 +92,7 @@ def test_architecture_greedy_matches_target(model_type):
 def test_speculative_sampling_matches_target_on_every_runner_kind(model_type, kind):
     """One chi-square test per runner kind: the first two sampled tokens follow the target's own distribution."""
     from test_engine import _chi2, _joint_first_two
-    from optimum_uag.engine.verify import LogitsWarper
+    from optimum_uag.engine.sampling import LogitsWarper
 
     vocab, n = 6, 2000
     target, draft = tiny_model(model_type, vocab, 0), tiny_model(model_type, vocab, 1)

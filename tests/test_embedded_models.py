@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from optimum_uag import embedded_models
-from optimum_uag.translation import same_vocabulary
+from optimum_uag.engine.drafters.translation import same_vocabulary
 
 
 def test_paths_exist_and_load_offline(embedded):

@@ -7,7 +7,7 @@ from transformers.generation.utils import GenerationMixin
 
 import optimum_uag
 from optimum_uag import assisted_generate
-from optimum_uag.engine.verify import LogitsWarper
+from optimum_uag.engine.sampling import LogitsWarper
 
 from helpers import tiny_llama
 

@@ -12,7 +12,7 @@ from transformers import AutoConfig
 
 import optimum_uag
 from optimum_uag import assisted_generate
-from optimum_uag.engine.verify import LogitsWarper
+from optimum_uag.engine.sampling import LogitsWarper
 from optimum_uag.testing.hpu_emulator import HPUEmulator, FusedRMSNorm, FusedSDPA, RotaryPosEmbeddingHelperV2
 
 from helpers import pad_batch, tiny_llama, tiny_neox

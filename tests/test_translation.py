@@ -6,9 +6,9 @@ from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
 from optimum_uag import assisted_generate
-from optimum_uag.engine.verify import LogitsWarper
-from optimum_uag.translation import TextBridge, same_vocabulary, vocabulary_intersection
-from optimum_uag.universal import UniversalDrafter
+from optimum_uag.engine.sampling import LogitsWarper
+from optimum_uag.engine.drafters.translation import TextBridge, same_vocabulary, vocabulary_intersection
+from optimum_uag.engine.drafters.universal import UniversalDrafter
 
 from helpers import (OracleDraft, byte_level_bpe, chat_byte_level, clean_llama, metaspace_unigram, pad_batch,
                      sentencepiece_bpe, tiny_llama, tiny_neox)
@@ -70,7 +70,7 @@ def test_merge_across_the_cut_is_reported():
 
 def _drafter(target_tok, draft_tok, prompt_texts, k=4, do_sample=False):
     from optimum_uag.engine.config import resolve_config
-    from optimum_uag.engine.draft import TokenSampler
+    from optimum_uag.engine.sampling import TokenSampler
     from optimum_uag.engine.state import DecodingState
 
     target = tiny_llama(len(target_tok), 0)

@@ -116,7 +116,7 @@ def test_tiny_byte_level_draft_generates_256_emoji_and_cjk_tokens(monkeypatch):
     tok, dtok = multilingual_bpe(), bytes_only()
     target = _emoji_cjk_target(tok)
     draft = _draft("gpt2", dtok, n_positions=96)
-    from optimum_uag.universal import UniversalDrafter
+    from optimum_uag.engine.drafters.universal import UniversalDrafter
 
     resets = []
     original = UniversalDrafter._reset

@@ -90,7 +90,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if k is None and generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS:
         k = generation_config.num_assistant_tokens
     if k is None and assistant_model is not None:
-        own = getattr(assistant_model.generation_config, "num_assistant_tokens", _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
+        own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens",
+                      _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
         k = own if own != _HF_DEFAULT_NUM_ASSISTANT_TOKENS else None
     lookup = config.prompt_lookup_num_tokens
     if k is None:

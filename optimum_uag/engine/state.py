@@ -13,6 +13,7 @@ class Proposal:
     tokens: torch.Tensor  # (B, k) target-vocabulary ids
     probs: torch.Tensor | None = None  # (B, k, V_target) draft distribution per candidate (sampling only)
     valid: torch.Tensor | None = None  # (B, k) bool, False where a row has no real candidate
+    record: object = None  # what the drafter's propose() leaves for its commit()
 
 
 @dataclass

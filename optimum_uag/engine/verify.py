@@ -4,33 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-
-class LogitsWarper:
-    """The sampling transforms transformers applies (temperature, top-k, top-p), shared by draft and target."""
-
-    def __init__(self, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0):
-        warpers = LogitsProcessorList()
-        if temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(temperature))
-        if top_k:
-            warpers.append(TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1))
-        if top_p < 1.0:
-            warpers.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
-        self.warpers = warpers
-
-    def scores(self, logits: torch.Tensor) -> torch.Tensor:
-        """Warped scores (..., V) in float32, as transformers' sampling computes them."""
-        shape = logits.shape
-        flat = logits.reshape(-1, shape[-1]).float()
-        if len(self.warpers):
-            flat = self.warpers(None, flat)
-        return flat.reshape(shape)
-
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probabilities (..., V) after the warpers, in float32."""
-        return torch.softmax(self.scores(logits), dim=-1)
+from .processors import TargetScorer
+from .sampling import LogitsWarper
+from .state import DecodingState, Proposal
 
 
 @dataclass
@@ -39,6 +16,8 @@ class Verdict:
 
     tokens: torch.Tensor  # (B, K + 1) target ids: accepted draft tokens, then the target's own token
     accepted: torch.Tensor  # (B,) number of draft tokens accepted
+    features: torch.Tensor | None = None  # (B, W, H) target's last hidden states over the verified block
+    start: torch.Tensor | None = None  # (B,) slot of the block's first column
 
 
 def greedy_verify(target_logits: torch.Tensor, candidates: torch.Tensor, valid: torch.Tensor | None = None) -> Verdict:
@@ -58,7 +37,7 @@ def greedy_verify(target_logits: torch.Tensor, candidates: torch.Tensor, valid: 
 def speculative_sampling(
     target_probs: torch.Tensor,
     candidates: torch.Tensor,
-    draft_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
     valid: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Verdict:
@@ -67,24 +46,34 @@ def speculative_sampling(
     Accept candidate i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection sample from
     norm(max(p_i - q_i, 0)); when all are accepted sample the bonus token from p_K.
     target_probs: (B, K + 1, V); candidates: (B, K); draft_probs: (B, K, V), the distribution each candidate
-    was drawn from (one-hot for deterministic drafters).
+    was drawn from, or None for a deterministic drafter (prompt lookup, text-level UAG): q is then a point mass,
+    so x_i is accepted with probability p_i(x_i) and the residual is p_i without x_i (no one-hot vectors).
     """
     batch, k = candidates.shape
-    if valid is not None:  # no proposal at an invalid position: its residual is p itself
-        draft_probs = draft_probs * valid[..., None]
     index = candidates[..., None]
     p = target_probs[:, :k].gather(-1, index).squeeze(-1)
-    q = draft_probs.gather(-1, index).squeeze(-1)
+    if draft_probs is None:
+        q = torch.ones_like(p)
+    else:
+        if valid is not None:  # no proposal at an invalid position: its residual is p itself
+            draft_probs = draft_probs * valid[..., None]
+        q = draft_probs.gather(-1, index).squeeze(-1)
+    if valid is not None:
+        q = q * valid
     u = torch.rand(p.shape, device=p.device, generator=generator)
     ok = (u * q < p) & (q > 0)  # u < p / q without dividing by q; q == 0 means no proposal
     accepted = ok.long().cumprod(1).sum(1)
 
     # Residual at the first rejected position; at position K it is p_K itself (q = 0 there).
-    q_ext = torch.cat([draft_probs, draft_probs.new_zeros(batch, 1, draft_probs.shape[-1])], dim=1)
     rows = torch.arange(batch, device=p.device)
     p_at = target_probs[rows, accepted]
-    q_at = q_ext[rows, accepted]
-    residual = (p_at - q_at).clamp_min(0)
+    if draft_probs is None:  # remove the point mass of the rejected candidate (none past the last, or invalid)
+        cand = torch.cat([candidates, candidates.new_zeros(batch, 1)], 1)[rows, accepted]
+        mass_at = torch.cat([q, q.new_zeros(batch, 1)], 1)[rows, accepted]
+        residual = p_at.scatter_add(-1, cand[:, None], -mass_at[:, None]).clamp_min(0)
+    else:
+        q_ext = torch.cat([draft_probs, draft_probs.new_zeros(batch, 1, draft_probs.shape[-1])], dim=1)
+        residual = (p_at - q_ext[rows, accepted]).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
     # mass == 0 only when p == q there, where rejection has probability 0; fall back to p for safety.
     residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_at)
@@ -93,3 +82,46 @@ def speculative_sampling(
     tokens = torch.cat([candidates, candidates.new_zeros(batch, 1)], dim=1)
     tokens[rows, accepted] = bonus
     return Verdict(tokens=tokens, accepted=accepted)
+
+
+class Verifier:
+    """Verify stage: one target forward over [unprocessed committed tokens, candidates]; accept a prefix.
+
+    With logits processors (`scorer`), the target's logits at each position are processed with that position's
+    prefix first, so greedy picks and the distribution verified against are those of target-only generate().
+    With `features`, the forward also returns the target's last hidden states (for a feature drafter)."""
+
+    def __init__(self, runner, warper: LogitsWarper | None, scorer: TargetScorer | None = None,
+                 keep_scores: bool = False, features: bool = False):
+        self.runner = runner
+        self.warper = warper
+        self.scorer = scorer
+        self.keep_scores = keep_scores
+        self.features = features
+        self.last = None  # (scores, logits) of the last call, when keep_scores
+
+    def __call__(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
+        k = proposal.tokens.shape[1]
+        width = state.prompt_len if state.round == 0 else 1
+        start = state.length - width
+        inputs = torch.cat([state.window(start, width), proposal.tokens], dim=1)
+        features = None
+        if self.features:
+            logits, features = self.runner.forward(inputs, start, logits_to_keep=k + 1, hidden=True)
+        else:
+            logits = self.runner.forward(inputs, start, logits_to_keep=k + 1)
+        finite = torch.isfinite(logits).all()
+        if self.scorer is not None:
+            scores = self.scorer(state, logits, proposal.tokens)  # warpers included when sampling
+        elif self.warper is not None:
+            scores = self.warper.scores(logits)
+        else:
+            scores = logits
+        if self.keep_scores:
+            self.last = (scores, logits)
+        if self.warper is None:
+            verdict = greedy_verify(scores, proposal.tokens, proposal.valid)
+        else:
+            verdict = speculative_sampling(torch.softmax(scores, -1), proposal.tokens, proposal.probs, proposal.valid)
+        verdict.features, verdict.start = features, start
+        return verdict, finite

@@ -65,3 +65,13 @@ def local_attention_sizes(model) -> list[int]:
         return []
     sizes = [getattr(config, k, None) for k in _WINDOW_KEYS]
     return [w for w in sizes if isinstance(w, int) and w > 0]
+
+
+def last_hidden_state(out) -> torch.Tensor:
+    """The model's last hidden states (after its final norm, as EAGLE reads them) from an output computed with
+    output_hidden_states=True."""
+    states = getattr(out, "hidden_states", None)
+    if not states:
+        raise NotImplementedError("the model returned no hidden_states; a feature draft head needs a target whose "
+                                  "forward supports output_hidden_states")
+    return states[-1]

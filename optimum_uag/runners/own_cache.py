@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import LogitsKeeper, accepts, local_attention_sizes
+from .common import LogitsKeeper, accepts, last_hidden_state, local_attention_sizes
 
 
 def crop(past, columns: int, total: int):
@@ -57,8 +57,9 @@ class OwnCacheRunner:
         self.slot_of = slot_of
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32)."""
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32) (and the
+        block's last hidden states with hidden=True)."""
         batch, length = tokens.shape
         self.shapes.add((batch, length))
         self.calls += 1
@@ -71,12 +72,15 @@ class OwnCacheRunner:
             kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
         if self.past is not None:
             kwargs[self.past_name] = self.past
+        if hidden:
+            kwargs["output_hidden_states"] = True
         out = self.model(**kwargs)
         past = getattr(out, "past_key_values", None)
         if past is None:
             raise NotImplementedError(f"{type(self.model).__name__} returned no past_key_values")
         self.past = past
-        return self.keep(out.logits, logits_to_keep).float()
+        logits = self.keep(out.logits, logits_to_keep).float()
+        return (logits, last_hidden_state(out)) if hidden else logits
 
 
 class PerRowRunner:
@@ -93,7 +97,10 @@ class PerRowRunner:
     def calls(self) -> int:
         return sum(r.calls for r in self.rows)
 
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+        if hidden:
+            raise NotImplementedError(f"{self.kind} runner: no target features for a feature draft head (this model "
+                                      "runs one row at a time); use a draft model instead")
         batch, length = tokens.shape
         self.shapes.add((batch, length))
         outs = []
@@ -114,7 +121,9 @@ class StepwiseRunner(PerRowRunner):
 
     kind = "stepwise"
 
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+        if hidden:
+            return super().forward(tokens, start, logits_to_keep, hidden)
         if all(r.past is None for r in self.rows) or tokens.shape[1] == 1:
             return super().forward(tokens, start, logits_to_keep)
         length = tokens.shape[1]

@@ -7,7 +7,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel, StaticCache
 
-from .common import LogitsKeeper, accepts, text_config
+from .common import LogitsKeeper, accepts, last_hidden_state, text_config
 
 
 class RowStaticCache(StaticCache):
@@ -114,8 +114,9 @@ class StaticCacheRunner:
         return mask.masked_fill_(~visible, self.mask_value)[:, None]
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        """Write `tokens` (B, L) at slots start..start+L-1 of each row; return logits (float32)."""
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+        """Write `tokens` (B, L) at slots start..start+L-1 of each row; return logits (float32), and with
+        hidden=True also the last hidden states (B, L, H) of the whole block."""
         batch, length = tokens.shape
         self.shapes.add((batch, length))
         self.calls += 1
@@ -129,5 +130,8 @@ class StaticCacheRunner:
             kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
         if self.cache_position:
             kwargs["cache_position"] = offsets
+        if hidden:
+            kwargs["output_hidden_states"] = True
         out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
-        return self.keep(out.logits, logits_to_keep).float()
+        logits = self.keep(out.logits, logits_to_keep).float()
+        return (logits, last_hidden_state(out)) if hidden else logits

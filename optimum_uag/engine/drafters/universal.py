@@ -13,9 +13,10 @@ import time
 
 import torch
 
-from .engine.draft import TokenSampler, draft_loop, output_vocab_size
-from .engine.state import DecodingState, Proposal
-from .runners.registry import make_runner
+from ...runners.registry import make_runner
+from ..sampling import TokenSampler, output_vocab_size
+from ..state import DecodingState, Proposal
+from .base import Drafter, DraftStats, draft_loop
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
 WINDOW = 6  # tokens of committed context used when decoding/re-encoding (constant cost per round)
@@ -23,7 +24,7 @@ PROMPT_BUCKET = 16  # draft prompt lengths are rounded up to this (static shapes
 MIN_INTERSECTION = 0.05  # below this share of the smaller vocabulary, TLI cannot propose much
 
 
-class UniversalDrafter:
+class UniversalDrafter(Drafter):
     """Draft stage for an assistant whose tokenizer differs from the target's (UAG)."""
 
     def __init__(self, assistant_model, tokenizer, assistant_tokenizer, state: DecodingState, capacity: int,
@@ -77,7 +78,6 @@ class UniversalDrafter:
         self.slides = 0
         self._shapes: set = set()
         self._reset([list(e) for e in enc], device)
-        self._round = None  # what propose() leaves for commit()
 
     @staticmethod
     def _start_token(assistant_tokenizer) -> int:
@@ -115,9 +115,9 @@ class UniversalDrafter:
         self.limits = [self.capacity - self.margin if self.max_positions is None
                        else min(self.capacity, p + self.max_positions) - self.margin for p in self.draft_pad]
 
-    @property
-    def shapes(self):
-        return self._shapes | self.runner.shapes
+    def stats(self) -> DraftStats:
+        return DraftStats(shapes=sorted(self._shapes | self.runner.shapes), forwards=self.runner.calls,
+                          translate_seconds=self.translate_seconds)
 
     # ------------------------------------------------------------------------------------------ draft
     def _catch_up(self) -> torch.Tensor:
@@ -168,8 +168,8 @@ class UniversalDrafter:
         q = torch.zeros(batch, k, self.vocab_size, device=drafted.device)
         # index_add: several draft tokens may spell the same target token; their mass adds up
         q.index_add_(2, self.tli.target_ids, torch.stack(dists, 1))
-        self._round = {"drafted": drafted.tolist(), "texts": None, "width": k + 1}
-        return Proposal(tokens=self.tli.draft_to_target[drafted], probs=q)
+        record = {"drafted": drafted.tolist(), "texts": None}
+        return Proposal(tokens=self.tli.draft_to_target[drafted], probs=q, record=record)
 
     def _draft_texts(self, drafted_rows: list[list[int]]) -> list[list[str]]:
         """Per row, the text spelled by drafted[:i] for i = 0..k (decoded after a window of committed tokens)."""
@@ -222,10 +222,10 @@ class UniversalDrafter:
         # one host tensor per round (no per-row writes: on Gaudi each varying slice would be a new lazy graph)
         candidates = torch.tensor(cand_rows, dtype=torch.long).reshape(len(rows), width)
         valid = torch.tensor(valid_rows, dtype=torch.bool).reshape(len(rows), width)
-        self._round = {"drafted": rows, "texts": texts, "width": width + 1}
+        record = {"drafted": rows, "texts": texts}
         device = state.tokens.device
-        # With sampling, these proposals are deterministic given the draft: the verifier uses one-hot q.
-        return Proposal(tokens=candidates.to(device), valid=valid.to(device))
+        # With sampling, these proposals are deterministic given the draft (no draft distribution).
+        return Proposal(tokens=candidates.to(device), valid=valid.to(device), record=record)
 
     # ----------------------------------------------------------------------------------------- commit
     def _draft_window(self, b: int, end: int) -> list[int]:
@@ -261,11 +261,17 @@ class UniversalDrafter:
             reach.append(end)
         return news, reach
 
-    def commit(self, state: DecodingState, n_new: torch.Tensor) -> None:
+    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         """Mirror the newly committed target text in the draft's tokens; rewind its cache to what still holds."""
-        rows, texts = self._round["drafted"], self._round["texts"] or self._draft_texts(self._round["drafted"])
+        t0 = time.perf_counter()
+        record = proposal.record or {"drafted": [[] for _ in range(state.batch_size)], "texts": None}
+        self._commit(state, record, n_new, verdict.tokens.shape[1])
+        self.translate_seconds += time.perf_counter() - t0
+
+    def _commit(self, state: DecodingState, record: dict, n_new: torch.Tensor, width: int) -> None:
+        rows, texts = record["drafted"], record["texts"] or self._draft_texts(record["drafted"])
         lengths, counts = state.length.tolist(), n_new.tolist()
-        block = state.window(state.length - n_new, self._round["width"]).tolist()  # the new tokens only
+        block = state.window(state.length - n_new, width).tolist()  # the new tokens only
         for b, (row, n) in enumerate(zip(block, counts)):
             self.target_host[b].extend(row[:n])
         news, reach = self._new_target_text(lengths)
@@ -296,7 +302,6 @@ class UniversalDrafter:
             self.host[b][base:] = cont
             self.length[b] = base + len(cont)
             self.processed[b] = min(self.processed[b], base)
-        self._round = None
         # one fixed-shape host-to-device copy of the committed rows (per-row slices at Python-int offsets would
         # make one lazy-mode graph per offset on Gaudi)
         cap = self.capacity

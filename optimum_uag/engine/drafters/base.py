@@ -1,0 +1,100 @@
+"""The Drafter interface every draft stage implements, and the autoregressive draft loop they share."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..sampling import fit_vocab
+from ..state import DecodingState, Proposal
+
+
+@dataclass
+class DraftStats:
+    """What a drafter reports at the end of a call."""
+
+    shapes: list
+    forwards: int = 0
+    translate_seconds: float = 0.0  # spent translating inside propose/commit (UAG), counted apart from drafting
+
+
+class Drafter:
+    """Draft stage: `propose` up to k candidate target tokens per row; `commit` learns what the target accepted.
+
+    propose(state, k) -> Proposal (its `record` carries whatever commit needs from that round);
+    commit(state, proposal, verdict, n_new) after the target verified and the engine committed n_new tokens per row.
+    `needs_features`: the verify forward must return the target's last hidden states (feature drafters)."""
+
+    needs_features = False
+
+    def propose(self, state: DecodingState, k: int) -> Proposal:
+        raise NotImplementedError
+
+    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
+        """Nothing to learn by default: a draft on the target's slots re-reads the committed tokens itself."""
+
+    def idle(self, state: DecodingState):
+        """A round whose candidates come from another drafter (prompt lookup): keep in step; returns the record
+        commit() will get for it. Drafters that re-read the committed tokens need nothing."""
+        return None
+
+    def stats(self) -> DraftStats:
+        return DraftStats(shapes=[])
+
+
+def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tensor,
+               threshold: float | None, done: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """Draft up to k tokens autoregressively from the first next-token logits (B, V).
+
+    pick(logits) -> (token, distribution or None, confidence or None); positions: (B,) slot of the first new
+    token. Stops early when every active row's confidence is below `threshold` (the "confidence" schedule)."""
+    tokens, dists = [], []
+    for i in range(k):
+        token, dist, conf = pick(logits)
+        tokens.append(token)
+        dists.append(dist)
+        if i + 1 == k:
+            break
+        if threshold is not None and bool(((conf < threshold) | done).all()):
+            break
+        logits = runner.forward(token[:, None], positions + i, logits_to_keep=1)[:, -1]
+    return torch.stack(tokens, 1), dists
+
+
+class Picker:
+    """Picks each draft token from target-vocabulary logits: the target's logits processors first (repetition
+    penalty, ... as the verifier applies them, given the tokens drafted so far), then argmax or a sample."""
+
+    def __init__(self, state: DecodingState, vocab_size: int, sampler, processors=None):
+        self.state, self.vocab_size, self.sampler, self.processors = state, vocab_size, sampler, processors
+        self.drafted: list[torch.Tensor] = []
+
+    def __call__(self, logits: torch.Tensor):
+        logits = fit_vocab(logits, self.vocab_size)
+        if self.processors is not None:
+            logits = self.processors(self.state, logits, torch.stack(self.drafted, 1) if self.drafted else None)
+        out = self.sampler(logits)
+        self.drafted.append(out[0])
+        return out
+
+
+def no_proposal(state: DecodingState, k: int) -> Proposal:
+    """k invalid candidates per row: the round yields the target's own next token only."""
+    last = state.window(state.length - 1, 1).expand(-1, k)
+    return Proposal(tokens=last, valid=torch.zeros_like(last, dtype=torch.bool))
+
+
+def pad_proposal(proposal: Proposal, width: int) -> Proposal:
+    """Pad a proposal to `width` candidates, the extra ones invalid (static verify shape)."""
+    tokens = proposal.tokens
+    batch, k = tokens.shape
+    valid = proposal.valid if proposal.valid is not None else torch.ones_like(tokens, dtype=torch.bool)
+    if k >= width:
+        return Proposal(tokens=tokens, probs=proposal.probs, valid=valid, record=proposal.record)
+    extra = width - k
+    tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, extra)], 1)
+    valid = torch.cat([valid, valid.new_zeros(batch, extra)], 1)
+    probs = proposal.probs
+    if probs is not None:
+        probs = torch.cat([probs, probs[:, -1:].expand(-1, extra, -1)], 1)
+    return Proposal(tokens=tokens, probs=probs, valid=valid, record=proposal.record)

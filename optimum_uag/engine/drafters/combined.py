@@ -1,0 +1,50 @@
+"""Prompt lookup first, a draft (feature head or UAG model) where no n-gram matches: one drafter."""
+from __future__ import annotations
+
+import torch
+
+from ..state import DecodingState, Proposal
+from .base import Drafter, DraftStats
+
+
+class LookupThenDraft(Drafter):
+    """Each round, n-gram lookup over the row's own prompt and output; when every active row has a full-length
+    match, those candidates are verified and the draft only keeps its state in step (`idle`); otherwise the draft
+    proposes, and with greedy decoding each row takes the lookup's candidates where its match is full-length.
+    (With sampling the whole batch takes one kind: a lookup proposal has no draft distribution.)"""
+
+    def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int):
+        self.lookup, self.inner, self.num_lookup_tokens = lookup, inner, num_lookup_tokens
+        self.needs_features = inner.needs_features
+        self.lookup_rounds = 0
+
+    def propose(self, state: DecodingState, k: int) -> Proposal:
+        look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
+        full = look.valid.all(1) | state.done
+        if state.round > 0 and bool(full.all()):
+            self.lookup_rounds += 1
+            return Proposal(look.tokens, valid=look.valid, record=("lookup", self.inner.idle(state)))
+        mine = self.inner.propose(state, k)
+        if mine.probs is not None or state.round == 0:
+            return Proposal(mine.tokens, mine.probs, mine.valid, record=("inner", mine))
+        width = max(look.tokens.shape[1], mine.tokens.shape[1])
+        tokens = torch.where(full[:, None], _widen(look.tokens, width), _widen(mine.tokens, width))
+        mine_valid = mine.valid if mine.valid is not None else torch.ones_like(mine.tokens, dtype=torch.bool)
+        valid = torch.where(full[:, None], _widen(look.valid, width, False), _widen(mine_valid, width, False))
+        return Proposal(tokens, valid=valid, record=("inner", mine))
+
+    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
+        kind, record = proposal.record
+        inner = record if kind == "inner" else Proposal(tokens=proposal.tokens, record=record)
+        self.inner.commit(state, inner, verdict, n_new)
+
+    def stats(self) -> DraftStats:
+        return self.inner.stats()
+
+
+def _widen(x: torch.Tensor, width: int, fill=None) -> torch.Tensor:
+    extra = width - x.shape[1]
+    if extra <= 0:
+        return x
+    pad = x[:, -1:].expand(-1, extra) if fill is None else torch.full_like(x[:, :1], fill).expand(-1, extra)
+    return torch.cat([x, pad], 1)

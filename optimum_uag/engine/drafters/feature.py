@@ -1,0 +1,132 @@
+"""Feature-level drafting (EAGLE): a small head reads the target's own last hidden states, no draft model.
+
+The head keeps a static KV cache on the target's slots: its entry at slot t is the pair (f_t, x_{t+1}) of the
+target's feature at t and the token after it. Each round
+  catch up   the pairs whose true features the last verify forward returned (one fixed-width block per round;
+             columns past a row's end are junk that causality hides and the next writes overwrite)
+  draft      from the output at the last true pair, k tokens, feeding each output back as the next feature
+  commit     store the verified block's features (the verify forward returns them: no extra target forward)
+Rollback is a position rewind, as for the static runners. Sampling is lossless: the head's distribution is zero
+outside its draft vocabulary, a valid proposal for speculative sampling.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..state import DecodingState, Proposal
+from .base import Drafter, DraftStats, Picker, draft_loop, no_proposal
+from .feature_head import FeatureHead, embedding_checksum
+
+
+def check_head_matches(head: FeatureHead, model) -> None:
+    """Refuse a head trained for another target (shape, vocabulary, or the recorded embedding checksum)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    want = head.config.get("target") or {}
+    name = want.get("name_or_path", "another model")
+    hidden, vocab = head.config["hidden_size"], head.config.get("vocab_size")
+    problems = []
+    if hidden != config.hidden_size:
+        problems.append(f"hidden size {hidden} != the target's {config.hidden_size}")
+    if vocab is not None and head.lm_head is None and vocab != config.vocab_size:
+        problems.append(f"vocabulary {vocab} != the target's {config.vocab_size}")
+    if want.get("vocab_size") is not None and want["vocab_size"] != config.vocab_size:
+        problems.append(f"vocabulary {want['vocab_size']} != the target's {config.vocab_size}")
+    if want.get("num_hidden_layers") is not None and want["num_hidden_layers"] != config.num_hidden_layers:
+        problems.append(f"{want['num_hidden_layers']} layers != the target's {config.num_hidden_layers}")
+    if not problems and want.get("embedding_checksum") is not None:
+        got = embedding_checksum(model)
+        if abs(got - want["embedding_checksum"]) > 5e-3 * max(1.0, abs(got)):
+            problems.append("its embedding table differs (another checkpoint of the same shape)")
+    if problems:
+        raise ValueError(f"this feature head was trained for {name}, not for this {type(model).__name__}: "
+                         f"{'; '.join(problems)}. Pass the head trained for this target (optimum-uag train-draft "
+                         "--model_name_or_path <target> makes one)")
+
+
+class FeatureDrafter(Drafter):
+    """Drafts with a FeatureHead over the target's own features (see the module doc)."""
+
+    needs_features = True
+
+    def __init__(self, head: FeatureHead, model, state: DecodingState, capacity: int, vocab_size: int, sampler,
+                 confidence_threshold: float | None, width: int, processors=None):
+        check_head_matches(head, model)
+        device, dtype = state.tokens.device, model.dtype
+        self.head = head.to(device=device, dtype=dtype)
+        self.embed = head.embed_tokens or model.get_input_embeddings()
+        self.target_head = model.get_output_embeddings() if head.lm_head is None else None
+        self.draft_ids = head.draft_ids()
+        batch = state.batch_size
+        self.width = width  # fixed catch-up width: at most k + 1 new true pairs per round
+        columns = capacity + max(width, state.prompt_len) + 1
+        attn = head.attn
+        self.cache_k = torch.zeros(batch, attn.kv_heads, columns, attn.head_dim, device=device, dtype=dtype)
+        self.cache_v = torch.zeros_like(self.cache_k)
+        self.features = torch.zeros(batch, columns, head.config["hidden_size"], device=device, dtype=dtype)
+        self.key_slots = torch.arange(columns, device=device)
+        self.columns = columns
+        self.pad = state.pad
+        self.synced = torch.zeros_like(state.length)  # first slot whose true pair is not in the head's cache
+        self.vocab_size, self.sampler, self.threshold = vocab_size, sampler, confidence_threshold
+        self.processors = processors
+        self.last = None  # the head's latest output (B, 1, H): the feature of the next draft step
+        self.shapes: set = set()
+        self.calls = 0
+
+    def _step(self, features, tokens, slots) -> torch.Tensor:
+        self.shapes.add(tuple(tokens.shape))
+        self.calls += 1
+        keys, slots3 = self.key_slots, slots[:, :, None]
+        # a query always sees its own slot (a padding column's query would otherwise see nothing: NaN)
+        visible = ((keys >= self.pad[:, None, None]) & (keys <= slots3)) | (keys == slots3)
+        positions = (slots - self.pad[:, None]).clamp_min(0)
+        return self.head.step(features, self.embed(tokens), positions, self.cache_k, self.cache_v, slots,
+                              visible[:, None])
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Target-vocabulary logits (B, L, V): the draft vocabulary's, -inf elsewhere."""
+        logits = self.head.logits(hidden, self.target_head).float()
+        if self.draft_ids is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.draft_ids, logits)
+
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 1) -> torch.Tensor:
+        """One draft step for draft_loop: the pair (last output, drafted token) at head slot start - 1."""
+        self.last = self._step(self.last, tokens, (start - 1)[:, None])
+        return self._logits(self.last)
+
+    def _catch_up(self, state: DecodingState) -> None:
+        """Write the pairs of true features not yet in the head's cache; leave the output at the last one."""
+        width = state.prompt_len if state.round == 1 else self.width
+        slots = self.synced[:, None] + torch.arange(width, device=self.synced.device)
+        slots = slots.clamp_max(self.columns - 1)
+        feats = self.features.gather(1, slots[..., None].expand(-1, -1, self.features.shape[-1]))
+        tokens = state.tokens.gather(1, (slots + 1).clamp_max(state.tokens.shape[1] - 1))
+        hidden = self._step(feats, tokens, slots)
+        n_true = (state.length - 1 - self.synced).clamp(1, width)  # pairs up to slot length - 2 are true
+        self.last = hidden.gather(1, (n_true - 1)[:, None, None].expand(-1, 1, hidden.shape[-1]))
+        self.synced = state.length - 1
+
+    def idle(self, state: DecodingState):
+        if state.round > 0:
+            self._catch_up(state)
+
+    def propose(self, state: DecodingState, k: int) -> Proposal:
+        if state.round == 0:  # no target features yet: the prefill verify computes them
+            return no_proposal(state, k)
+        self._catch_up(state)
+        pick = Picker(state, self.vocab_size, self.sampler, self.processors)
+        tokens, dists = draft_loop(self, self._logits(self.last)[:, -1], k, pick, state.length, self.threshold,
+                                   state.done)
+        return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
+
+    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
+        """Keep the verified block's features at their slots (those past a row's accepted tokens are rewritten by
+        the next verify before any pair reads them)."""
+        feats = verdict.features
+        slots = (verdict.start[:, None] + torch.arange(feats.shape[1], device=feats.device)).clamp_max(self.columns - 1)
+        self.features.scatter_(1, slots[..., None].expand(-1, -1, feats.shape[-1]), feats.to(self.features.dtype))
+
+    def stats(self) -> DraftStats:
+        return DraftStats(shapes=sorted(self.shapes), forwards=self.calls)

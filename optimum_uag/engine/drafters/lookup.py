@@ -1,0 +1,35 @@
+"""Prompt lookup decoding: propose the tokens that followed the latest earlier match of the last n-gram."""
+from __future__ import annotations
+
+import torch
+
+from ..state import DecodingState, Proposal
+from .base import Drafter
+
+
+class PromptLookupDrafter(Drafter):
+    """N-gram drafting from the row's own prompt and output. Proposals are deterministic (no draft distribution:
+    the verifier accepts token x with probability p(x) when sampling, as vLLM's n-gram path)."""
+
+    def __init__(self, max_ngram_size: int):
+        self.max_ngram_size = max(1, max_ngram_size)
+
+    def propose(self, state: DecodingState, k: int) -> Proposal:
+        tokens, length = state.tokens, state.length
+        batch, capacity = tokens.shape
+        best = torch.full((batch,), -1, dtype=torch.long, device=tokens.device)  # continuation start
+        for n in range(self.max_ngram_size, 0, -1):
+            last = state.window((length - n).clamp_min(0), n)
+            windows = tokens.unfold(1, n, 1)  # (B, capacity - n + 1, n)
+            starts = torch.arange(windows.shape[1], device=tokens.device)
+            hit = (windows == last[:, None]).all(-1)
+            hit &= (starts >= state.pad[:, None]) & (starts + n < length[:, None]) & ((length - n) >= state.pad)[:, None]
+            latest = torch.where(hit, starts, -1).max(1).values
+            best = torch.where((best < 0) & (latest >= 0), latest + n, best)
+        offsets = torch.arange(k, device=tokens.device)
+        index = (best.clamp_min(0)[:, None] + offsets).clamp_max(capacity - 1)
+        candidates = tokens.gather(1, index)
+        valid = (best[:, None] >= 0) & (index < length[:, None])
+        last_token = state.window(length - 1, 1)
+        candidates = torch.where(valid, candidates, last_token)
+        return Proposal(tokens=candidates, valid=valid)

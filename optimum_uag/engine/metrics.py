@@ -1,0 +1,67 @@
+"""Per-call counters of the decoding loop: observed once per round, mergeable across calls."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+
+@dataclass
+class Metrics:
+    """Counters of one assisted generation call (tau = generated tokens per target call, per row)."""
+
+    target_calls: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    generated_tokens: int = 0
+    row_target_calls: int = 0
+    draft_seconds: float = 0.0
+    translate_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    bookkeeping_seconds: float = 0.0
+    target_shapes: list = field(default_factory=list)
+    draft_shapes: list = field(default_factory=list)
+    target_forwards: int = 0  # model invocations (a Gaudi token_idx draft may split a block into single tokens)
+    draft_forwards: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def tau(self) -> float:
+        return self.generated_tokens / self.row_target_calls if self.row_target_calls else 0.0
+
+    @property
+    def target_tokens(self) -> int:
+        """Tokens produced by the target itself (corrections and bonus tokens)."""
+        return self.generated_tokens - self.accepted_tokens
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.translate_seconds + self.verify_seconds + self.bookkeeping_seconds
+
+    def observe(self, drafted: int, accepted: int, generated: int, active: int, draft_s: float, verify_s: float,
+                other_s: float) -> None:
+        """Count one round: tokens drafted / accepted / generated over the active rows, and where the time went."""
+        self.target_calls += 1
+        self.row_target_calls += active
+        self.draft_tokens += drafted
+        self.accepted_tokens += accepted
+        self.generated_tokens += generated
+        self.draft_seconds += draft_s
+        self.verify_seconds += verify_s
+        self.bookkeeping_seconds += other_s
+
+    def merge(self, other: "Metrics") -> "Metrics":
+        """Add another call's counters to these (shapes united); returns self."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                setattr(self, f.name, sorted(set(map(tuple, mine)) | set(map(tuple, theirs))))
+            else:
+                setattr(self, f.name, mine + theirs)
+        return self
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out.update(acceptance_rate=self.acceptance_rate, tau=self.tau, target_tokens=self.target_tokens)
+        return out

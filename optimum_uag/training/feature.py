@@ -1,0 +1,295 @@
+"""Train a feature-level draft head (EAGLE-style) for a target model: features on disk, then the head.
+
+extract_features  one teacher-forced target forward per chunk of token ids: the target's last hidden states
+                  (after its final norm) and its top-k log-probabilities at every position, in shards on disk
+                  (resumable: shards already written are kept)
+train_feature_head  the head over those shards: KL(target top-k || head) + CE(target argmax) on the draft
+                  vocabulary + smooth-L1 on the features, unrolled over several drafting steps (EAGLE-3's
+                  training-time test), noise on the input features (EAGLE); a reduced draft vocabulary (FR-Spec:
+                  the target's most frequent tokens on the training text) initialised from the target's LM head
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+
+from ..engine.drafters.feature_head import FeatureHead, embedding_checksum, save_feature_head
+
+TOPK = 16
+
+
+def _progress(done: float, total: float, t0: float, what: str) -> str:
+    """'what 37% | 3.1 of 8.0 min | ETA 4.9 min'"""
+    frac = min(1.0, done / total) if total else 1.0
+    spent = (time.time() - t0) / 60
+    eta = spent / frac - spent if frac > 0 else float("nan")
+    return f"{what} {frac:4.0%} | {spent:.1f} min | ETA {eta:.1f} min"
+
+
+def target_features(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+    """(last hidden states after the final norm (B, T, H), logits (B, T, V)) of one teacher-forced forward."""
+    out = model(input_ids=ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+    return out.hidden_states[-1], out.logits
+
+
+@torch.no_grad()
+def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, batch_size: int = 8,
+                     shard_size: int = 256, max_minutes: float | None = None, topk: int = TOPK,
+                     log: Callable[[str], None] = print) -> dict:
+    """Teacher-forced target features + top-k log-probabilities for every sequence, written in shards.
+
+    Shards already on disk are skipped (resume). Returns {'sequences', 'tokens', 'shards', 'minutes'}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    t0 = time.time()
+    total = len(sequences)
+    done_tokens = 0
+    for shard_no, lo in enumerate(range(0, total, shard_size)):
+        path = out_dir / f"features-{shard_no:05d}.pt"
+        if path.exists():
+            continue
+        if max_minutes is not None and time.time() - t0 > max_minutes * 60:
+            log(f"[features] time budget reached after {shard_no} shards")
+            break
+        rows = sequences[lo : lo + shard_size]
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        records = [None] * len(rows)
+        for b in range(0, len(order), batch_size):
+            idx = order[b : b + batch_size]
+            longest = max(len(rows[i]) for i in idx)
+            ids = torch.zeros(len(idx), longest, dtype=torch.long)
+            mask = torch.zeros(len(idx), longest, dtype=torch.long)
+            for r, i in enumerate(idx):  # right padding: positions stay 0..n-1 for every row
+                ids[r, : len(rows[i])] = torch.tensor(rows[i])
+                mask[r, : len(rows[i])] = 1
+            hidden, logits = target_features(model, ids.to(device), mask.to(device))
+            logp = torch.log_softmax(logits.float(), -1)
+            values, indices = logp.topk(topk, -1)
+            for r, i in enumerate(idx):
+                n = len(rows[i])
+                records[i] = {"ids": torch.tensor(rows[i], dtype=torch.int32),
+                              "features": hidden[r, :n].to(torch.float16).cpu(),
+                              "top_v": values[r, :n].to(torch.float16).cpu(),
+                              "top_i": indices[r, :n].to(torch.int32).cpu()}
+                done_tokens += n
+        torch.save(records, path)
+        log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
+    shards = sorted(out_dir.glob("features-*.pt"))
+    info = {"sequences": total, "tokens_this_run": done_tokens, "shards": len(shards),
+            "minutes": round((time.time() - t0) / 60, 2)}
+    return info
+
+
+def load_shards(data_dir: str | Path) -> list[dict]:
+    records = []
+    for path in sorted(Path(data_dir).glob("features-*.pt")):
+        records.extend(torch.load(path, weights_only=False))
+    if not records:
+        raise FileNotFoundError(f"no features-*.pt shards in {data_dir}; run extract_features first")
+    return records
+
+
+def frequent_tokens(records: Iterable[dict], size: int, vocab_size: int, always: Iterable[int] = ()) -> torch.Tensor:
+    """The `size` target ids seen most often (input tokens + the target's top-1 predictions), sorted, with the
+    ids in `always` (EOS, ...) included."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for rec in records:
+        counts.index_add_(0, rec["ids"].long(), torch.ones(len(rec["ids"]), dtype=torch.long))
+        top1 = rec["top_i"][:, 0].long()
+        counts.index_add_(0, top1, torch.ones(len(top1), dtype=torch.long))
+    for t in always:
+        counts[int(t)] = counts.max() + 1
+    size = min(size, vocab_size)
+    return counts.topk(size).indices.sort().values
+
+
+def head_config(model, draft_vocab_size: int | None, target_name: str) -> dict:
+    """A one-layer head config in EAGLE's layout, shaped like the target's layers."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    hidden = cfg.hidden_size
+    heads = cfg.num_attention_heads
+    out = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": True, "num_hidden_layers": 1,
+        "hidden_size": hidden, "intermediate_size": getattr(cfg, "intermediate_size", 4 * hidden),
+        "num_attention_heads": heads, "num_key_value_heads": getattr(cfg, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(cfg, "head_dim", None) or hidden // heads, "rms_norm_eps": getattr(cfg, "rms_norm_eps", 1e-6),
+        "rope_theta": getattr(cfg, "rope_theta", 10000.0), "rope_scaling": getattr(cfg, "rope_scaling", None),
+        "max_position_embeddings": getattr(cfg, "max_position_embeddings", 4096), "vocab_size": cfg.vocab_size,
+        "hidden_act": "silu", "target": target_signature(model, target_name),
+    }
+    if draft_vocab_size:
+        out["draft_vocab_size"] = int(draft_vocab_size)
+    return out
+
+
+def target_signature(model, name: str) -> dict:
+    """What identifies the target a head was trained on: its name, shape and a checksum of its embedding table."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return {"name_or_path": name, "model_type": cfg.model_type, "hidden_size": cfg.hidden_size,
+            "vocab_size": cfg.vocab_size, "num_hidden_layers": cfg.num_hidden_layers,
+            "embedding_checksum": embedding_checksum(model)}
+
+
+def init_head(model, config: dict, vocab_ids: torch.Tensor | None) -> FeatureHead:
+    """A head whose first pass copies the feature (fc = [0 | I]), whose layer starts as the target's last layer,
+    and whose LM head rows are the target's (for the draft vocabulary)."""
+    head = FeatureHead(config)
+    hidden = config["hidden_size"]
+    with torch.no_grad():
+        head.fc.weight.zero_()
+        head.fc.weight[:, hidden:] = torch.eye(hidden)
+        head.fc.weight[:, :hidden].normal_(0, 0.01)
+        head.fc.bias.zero_()
+        last = _last_layer(model)
+        if last is not None:
+            own = head.layers[0].state_dict()
+            theirs = {k: v for k, v in last.state_dict().items() if k in own and own[k].shape == v.shape}
+            head.layers[0].load_state_dict(theirs, strict=False)
+            for name in ("o_proj", "down_proj"):  # the residual path starts near identity
+                module = head.attn.o_proj if name == "o_proj" else head.layers[0].mlp.down_proj
+                module.weight.mul_(0.1)
+        if head.lm_head is not None:
+            weight = model.get_output_embeddings().weight.detach().float().cpu()
+            head.lm_head.weight.copy_(weight[vocab_ids])
+            head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
+    return head
+
+
+def _last_layer(model):
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    return layers[-1] if layers is not None and len(layers) else None
+
+
+def _batch(records, picks, length, steps, device):
+    """Windows of `length` pairs (+ steps - 1 lookahead) from records, as training tensors."""
+    feats, toks, tv, ti = [], [], [], []
+    for r, start in picks:
+        rec = records[r]
+        feats.append(rec["features"][start : start + length + steps])
+        toks.append(rec["ids"][start + 1 : start + length + steps])
+        tv.append(rec["top_v"][start + 1 : start + length + steps])
+        ti.append(rec["top_i"][start + 1 : start + length + steps])
+    stack = lambda xs: torch.stack(xs).to(device)  # noqa: E731
+    return stack(feats).float(), stack(toks).long(), stack(tv).float(), stack(ti).long()
+
+
+def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, target_name: str,
+                       draft_vocab_size: int | None = 8192, minutes: float = 30.0, steps: int = 3,
+                       window: int = 128, batch_size: int = 16, lr: float = 1e-3, noise: float = 0.05,
+                       reg_weight: float = 1.0, ce_weight: float = 0.2, seed: int = 0, eos_token_ids=(),
+                       log: Callable[[str], None] = print, holdout: float = 0.05) -> dict:
+    """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    records = [r for r in load_shards(data_dir) if len(r["ids"]) >= window + steps + 1]
+    if len(records) < 4:
+        raise ValueError(f"too few sequences of >= {window + steps + 1} tokens in {data_dir}; lower window")
+    rng.shuffle(records)
+    n_hold = max(2, int(len(records) * holdout))
+    held, records = records[:n_hold], records[n_hold:]
+    vocab_size = int(model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config")
+                     else model.config.vocab_size)
+    vocab_ids = frequent_tokens(records, draft_vocab_size, vocab_size, eos_token_ids) if draft_vocab_size else None
+    config = head_config(model, len(vocab_ids) if vocab_ids is not None else None, target_name)
+    head = init_head(model, config, vocab_ids)
+    head.train()
+    embed = model.get_input_embeddings()
+    t2d = None
+    if vocab_ids is not None:
+        t2d = torch.full((vocab_size,), -1, dtype=torch.long)
+        t2d[vocab_ids] = torch.arange(len(vocab_ids))
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    tokens_per_seq = [len(r["ids"]) for r in records]
+    weights = [n - window - steps for n in tokens_per_seq]
+    t0 = time.time()
+    budget = minutes * 60
+    step, history = 0, []
+    while time.time() - t0 < budget:
+        frac = (time.time() - t0) / budget
+        for group in opt.param_groups:  # warm-up, then cosine to 10%
+            group["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        picks = [(r, rng.randrange(0, weights[r] + 1)) for r in rng.choices(range(len(records)), weights, k=batch_size)]
+        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu"), steps, noise,
+                            reg_weight, ce_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if step % 25 == 0:
+            history.append({"step": step, "minutes": round((time.time() - t0) / 60, 2), **stats})
+            log(_progress(time.time() - t0, budget, t0, f"[train] step {step} loss {stats['loss']:.3f} "
+                          f"top1 {stats['top1_step1']:.2f}/{stats['top1_last']:.2f}"))
+    head.eval()
+    evaluation = evaluate_head(head, embed, t2d, held, window, steps)
+    save_feature_head(head, output_dir)
+    result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
+              "heldout_sequences": len(held), "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
+              "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
+              "heldout": evaluation, "history": history[-20:]}
+    Path(output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    log(f"[train] done: {step} steps; held-out agreement with the target per drafting step {evaluation['top1']}")
+    return result
+
+
+def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight):
+    feats, toks, top_v, top_i = batch  # feats: f_start .. f_{start+length+steps-1}
+    with torch.no_grad():
+        embeds = embed(toks).float()
+    length = feats.shape[1] - steps
+    outs = head.unrolled(feats[:, :length], embeds, steps, noise=noise)
+    total, stats = 0.0, {}
+    for s, h in enumerate(outs):
+        # h[:, t] guesses f_{t+s+1} (the feature of window position t+s+1) and predicts x_{t+s+2}
+        tv, ti = top_v[:, s : s + length], top_i[:, s : s + length]
+        logits = head.logits(h).float()
+        logq = torch.log_softmax(logits, -1)
+        if t2d is not None:
+            rows = t2d[ti]  # -1: outside the draft vocabulary (its mass is lost to the head)
+            inside = rows >= 0
+            lq = logq.gather(-1, rows.clamp_min(0)).masked_fill(~inside, 0.0)
+        else:
+            inside = torch.ones_like(ti, dtype=torch.bool)
+            lq = logq.gather(-1, ti)
+        p = tv.exp() * inside
+        kl = -(p * lq).sum(-1).mean()
+        ce = -(lq[..., 0] * inside[..., 0]).mean()
+        weight = 0.8 ** s
+        total = total + weight * (kl + ce_weight * ce)
+        total = total + weight * reg_weight * F.smooth_l1_loss(h, feats[:, s + 1 : s + 1 + length])
+        with torch.no_grad():
+            pred = logits.argmax(-1)
+            pred = pred if t2d is None else (pred + head.d2t[pred])
+            agree = (pred == ti[..., 0]).float().mean().item()
+        if s == 0:
+            stats["top1_step1"] = agree
+        stats["top1_last"] = agree
+    stats["loss"] = float(total)
+    return total, stats
+
+
+@torch.no_grad()
+def evaluate_head(head, embed, t2d, records, window, steps) -> dict:
+    """Agreement of the head's argmax with the target's at each drafting step, on held-out windows."""
+    agree = [0.0] * steps
+    n = 0
+    for rec in records:
+        batch = _batch([rec], [(0, 0)], window, steps, "cpu")
+        feats, toks, _, ti = batch
+        outs = head.unrolled(feats[:, :window], embed(toks).float(), steps)
+        for s, h in enumerate(outs):
+            pred = head.logits(h).argmax(-1)
+            pred = pred if t2d is None else pred + head.d2t[pred]
+            agree[s] += float((pred == ti[:, s : s + window, 0]).float().mean())
+        n += 1
+    return {"top1": [round(a / max(n, 1), 3) for a in agree], "sequences": n}

@@ -1,0 +1,214 @@
+"""Feature-level (EAGLE-style) draft heads: exactness against target-only generate(), lossless sampling, the
+reduced draft vocabulary, n-gram + head drafting, refusing a head of another target, the checkpoint layout."""
+import json
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.engine.drafters import FeatureHead, load_feature_head
+from optimum_uag.engine.drafters.feature_head import save_feature_head
+from optimum_uag.engine.sampling import LogitsWarper
+from optimum_uag.training.feature import head_config, init_head
+
+from helpers import tiny_llama
+from test_engine import _chi2, _joint_first_two, _sharp_llama, batch, reference
+
+
+def make_head(model, draft_vocab: int | None, seed: int = 0) -> FeatureHead:
+    torch.manual_seed(seed)
+    vocab = model.config.vocab_size
+    ids = torch.randperm(vocab)[:draft_vocab].sort().values if draft_vocab else None
+    head = init_head(model, head_config(model, draft_vocab, "test-target"), ids)
+    with torch.no_grad():  # away from the near-identity init, so that drafts vary
+        for p in head.layers.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return head.eval()
+
+
+@pytest.fixture(scope="module")
+def target(embedded):
+    return embedded["target"]
+
+
+@pytest.mark.parametrize("draft_vocab", [None, 300])
+@pytest.mark.parametrize("k", [1, 4])
+def test_greedy_matches_target_batch(target, prompts, draft_vocab, k):
+    model, tok = target
+    head = make_head(model, draft_vocab)
+    ids, mask = batch(tok, prompts[:3])
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=24, num_assistant_tokens=k)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 24, tok))
+    assert out.metrics.draft_tokens > 0 and out.metrics.draft_forwards > 0
+
+
+def test_a_head_that_agrees_with_the_target_is_accepted(target, prompts):
+    """A head whose logits are the target's own next-next-token logits would be perfect; one whose LM head is the
+    target's and whose layer passes the feature through predicts the token AFTER the feature: the catch-up must
+    line up pairs (f_t, x_{t+1}) for that to be right at least on repeated text."""
+    model, tok = target
+    text = prompts[0] * 3
+    ids, mask = batch(tok, [text[:400]])
+    head = make_head(model, None)
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=32, num_assistant_tokens=3)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
+
+
+def test_prompt_lookup_then_head_matches_target(target, prompts):
+    model, tok = target
+    head = make_head(model, 300)
+    ids, mask = batch(tok, [p * 2 for p in prompts[:2]])
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=32, num_assistant_tokens=3,
+                            prompt_lookup_num_tokens=6)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(temperature=0.7, top_k=5, top_p=0.9),
+                                    dict(prompt_lookup_num_tokens=3)])
+def test_sampling_matches_target_distribution(kwargs):
+    """Lossless: the head's distribution (zero outside its 6-token vocabulary of 8) is a valid proposal."""
+    vocab, n = 8, 6000
+    model = _sharp_llama(vocab, 0, 4.0)
+    head = make_head(model, 6, seed=3)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(4.0)
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    warper = LogitsWarper(kwargs.get("temperature", 1.0), kwargs.get("top_k", 0), kwargs.get("top_p", 1.0))
+    expected = _joint_first_two(model, prompt, warper)
+    torch.manual_seed(4321)
+    options = {key: value for key, value in kwargs.items() if key != "top_k"}
+    out = assisted_generate(model, head, prompt.repeat(n, 1), max_new_tokens=3, do_sample=True,
+                            num_assistant_tokens=3, eos_token_id=None, top_k=kwargs.get("top_k", 0), **options)
+    samples = (out.sequences[:, 5] * vocab + out.sequences[:, 6]).numpy()
+    assert _chi2(samples, expected, n) > 0.01
+    assert out.metrics.accepted_tokens > 0
+
+
+def test_head_directory_as_assistant_model(target, prompts, tmp_path):
+    model, tok = target
+    head = make_head(model, 300)
+    save_feature_head(head, tmp_path, dtype=torch.float32)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["target"]["name_or_path"] == "test-target" and config["draft_vocab_size"] == 300
+    ids, mask = batch(tok, prompts[:2])
+    mine = assisted_generate(model, head, ids, mask, max_new_tokens=16, num_assistant_tokens=3)
+    loaded = assisted_generate(model, str(tmp_path), ids, mask, max_new_tokens=16, num_assistant_tokens=3)
+    assert torch.equal(mine.sequences, loaded.sequences)
+    assert mine.metrics.accepted_tokens == loaded.metrics.accepted_tokens
+
+
+def test_head_of_another_target_is_refused(target, prompts):
+    model, tok = target
+    ids, mask = batch(tok, prompts[:1])
+    other = tiny_llama(model.config.vocab_size, seed=5, hidden=32)
+    with pytest.raises(ValueError, match="trained for test-target.*hidden size"):
+        assisted_generate(model, make_head(other, None), ids, mask, max_new_tokens=4)
+    same_shape = tiny_llama(model.config.vocab_size, seed=6, layers=model.config.num_hidden_layers,
+                            hidden=model.config.hidden_size)
+    same_shape.config.intermediate_size = model.config.intermediate_size
+    head = make_head(model, None)
+    with pytest.raises(ValueError, match="embedding table differs"):
+        assisted_generate(LlamaLike(same_shape, model), head, ids, mask, max_new_tokens=4)
+
+
+def LlamaLike(model, like):  # noqa: N802 - a model of `like`'s config with model's (different) weights
+    from transformers import LlamaForCausalLM
+
+    twin = LlamaForCausalLM(like.config).eval()
+    with torch.no_grad():
+        twin.get_input_embeddings().weight.copy_(torch.randn_like(twin.get_input_embeddings().weight))
+    return twin
+
+
+def test_not_a_head_path_is_refused(target, tmp_path):
+    model, tok = target
+    with pytest.raises(ValueError, match="not a feature-head directory"):
+        assisted_generate(model, str(tmp_path), torch.tensor([[1, 2, 3]]), max_new_tokens=4)
+
+
+def test_load_rejects_a_full_model_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8, "num_attention_heads": 2,
+                                                       "intermediate_size": 16, "num_hidden_layers": 4}))
+    with pytest.raises(ValueError, match="one decoder layer"):
+        load_feature_head(tmp_path)
+
+
+# ------------------------------------------------------------------------------ the reference implementation
+REFERENCE = "eagle-llm==1.2.1"  # the EAGLE authors' package (SafeAILab/EAGLE), eagle/model/cnets.py
+
+
+@pytest.fixture(scope="module")
+def eagle_reference():
+    """The reference classes, installed beside our stack without their pinned dependencies (accelerate 0.21,
+    gradio 3.50, protobuf 3.19 would replace ours; cnets.py itself needs only torch + transformers)."""
+    import subprocess
+    import sys
+
+    from optimum_uag.models import cache_root
+
+    where = cache_root() / "eagle_llm-1.2.1"
+    if not (where / "eagle" / "model" / "cnets.py").is_file():
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(where), REFERENCE]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.skip(f"cannot install {REFERENCE} (offline?): {done.stderr.strip()[-200:]}")
+    sys.path.insert(0, str(where))
+    try:
+        from eagle.model.cnets import Model
+        from eagle.model.configs import EConfig
+    finally:
+        sys.path.remove(str(where))
+    return Model, EConfig
+
+
+@torch.no_grad()
+def test_reference_head_proposes_the_same_tokens(target, prompts, tmp_path, eagle_reference):
+    """A head written by the reference code's own classes (state dict + config as its EaModel loads them) drafts the
+    same tokens through our drafter as the reference's own cached drafting loop (Model.forward + the target's LM
+    head), from the same target features."""
+    from types import SimpleNamespace
+
+    from optimum_uag.engine.drafters import FeatureDrafter
+    from optimum_uag.engine.sampling import TokenSampler
+    from optimum_uag.engine.state import DecodingState
+
+    Model, EConfig = eagle_reference
+    model, tok = target
+    c = model.config
+    config = EConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                     num_hidden_layers=1, num_attention_heads=c.num_attention_heads,
+                     num_key_value_heads=c.num_key_value_heads, rms_norm_eps=c.rms_norm_eps,
+                     max_position_embeddings=c.max_position_embeddings, pad_token_id=0)
+    torch.manual_seed(0)
+    ref = Model(config, bias=True).eval()
+    for p in ref.parameters():
+        p.normal_(0, 0.05)
+    ref.embed_tokens.weight.copy_(model.get_input_embeddings().weight)
+    for layer in ref.layers:
+        layer.post_attention_layernorm.weight.fill_(1.0)
+    torch.save(ref.state_dict(), tmp_path / "pytorch_model.bin")
+    config.to_json_file(str(tmp_path / "config.json"))
+    head = load_feature_head(tmp_path)  # the reference layout: no optimum-uag fields, the target's LM head
+
+    prompt, _ = batch(tok, prompts[:1])
+    length, k = prompt.shape[1], 4
+    out = model(prompt, output_hidden_states=True)
+    feats, bonus = out.hidden_states[-1], out.logits[:, -1].argmax(-1)
+    # the reference's drafting loop (eagle/model/cnets.py Model.generate with use_cache=True)
+    hidden, past = ref(feats, input_ids=torch.cat([prompt[:, 1:], bonus[:, None]], 1), use_cache=True)
+    want = []
+    for _ in range(k):
+        token = model.lm_head(hidden[:, -1]).argmax(-1)
+        want.append(int(token))
+        hidden, past = ref(hidden[:, -1:], input_ids=token[:, None], past_key_values=past, use_cache=True)
+
+    capacity = length + 32
+    state = DecodingState.create(prompt, torch.zeros(1, dtype=torch.long), capacity, 0, 16)
+    drafter = FeatureDrafter(head, model, state, capacity, c.vocab_size, TokenSampler(None, False), None, k + 1)
+    drafter.commit(state, None, SimpleNamespace(features=feats, start=torch.zeros(1, dtype=torch.long)), None)
+    state.tokens[0, length] = bonus[0]
+    state.length += 1
+    state.generated += 1
+    state.round = 1
+    got = drafter.propose(state, k).tokens[0].tolist()
+    assert got == want
