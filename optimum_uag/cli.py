@@ -831,13 +831,18 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "generate":
         return generate_main(argv[1:])
+    if argv and argv[0] == "train-draft":
+        from .training.cli import train_draft_main
+
+        return train_draft_main(argv[1:])
     if argv and argv[0] == "tune":
         from .tune import tune_main
 
         return tune_main(argv[1:])
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: optimum-uag generate [flags]   run assisted generation (optimum-uag generate --help)\n"
-              "       optimum-uag tune [flags]       rank drafts and K on your prompts (optimum-uag tune --help)")
+              "       optimum-uag tune [flags]       rank drafts and K on your prompts (optimum-uag tune --help)\n"
+              "       optimum-uag train-draft [flags] train a feature draft head for a target (train-draft --help)")
         return 0
     return generate_main(argv)
 

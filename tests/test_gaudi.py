@@ -47,6 +47,12 @@ def plain(embedded, prompts):
             "greedy1": target.generate(ids1, attention_mask=mask1, max_new_tokens=24, do_sample=False),
             "logits": target(ids4, attention_mask=mask4).logits,
         }
+    from test_feature_drafter import make_head
+
+    ref["feature_head"] = make_head(target, 300)  # and its acceptance on the plain target (same features)
+    ref["feature_accepted"] = {b: assisted_generate(target, ref["feature_head"], ref[f"ids{b}"], ref[f"mask{b}"],
+                                                    max_new_tokens=24, num_assistant_tokens=3).metrics.accepted_tokens
+                               for b in (1, 4)}
     tt, dt = small_pair()
     tiny = {
         "same": (_sharp(tiny_llama(8, 0, layers=1, hidden=16), "lm_head", 4.0),
@@ -454,3 +460,20 @@ def test_fp8_inc_gaudi_target_with_reuse_cache(plain, emu, gaudi_models, tmp_pat
                             max_new_tokens=24, **gaudi)
     assert torch.equal(out.sequences, expected)
     assert out.metrics.tau > 1.5
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, batch):
+    """A feature head reads the Gaudi target's hidden states from its static-shape verify forwards (HPU graphs,
+    reuse_cache, prompt blocks bucketed): greedy output equals the target's, target captures stay bounded."""
+    target, head = gaudi_models["target"], plain["feature_head"]
+    captured = []
+    for max_new in (16, 24):
+        emu.reset_counters(clear_graphs=True)
+        out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
+                                do_sample=False, num_assistant_tokens=3, **GAUDI)
+        assert torch.equal(out.sequences, plain[f"greedy{batch}"][:, : out.sequences.shape[1]])
+        captured.append(emu.captures.get("target", 0))
+    assert captured[0] == captured[1] <= 2  # prefill + verify
+    # the features read back from the replayed graphs are the target's: the same drafts as on the plain target
+    assert out.metrics.accepted_tokens == plain["feature_accepted"][batch] > 0

@@ -54,6 +54,21 @@ def _pool(model) -> dict:
     return model.__dict__.setdefault("_optimum_uag_kv_pool", {})
 
 
+def final_norm(model):
+    """The module whose output is the last hidden state (after the final norm), or None."""
+    base = getattr(model, "base_model", model)
+    for name in ("norm", "final_layer_norm", "ln_f", "final_layernorm"):
+        module = getattr(base, name, None)
+        if isinstance(module, torch.nn.Module):
+            return module
+    return None
+
+
+def text_config_of(model):
+    config = model.config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def _width(needed: int) -> int:
     return max(128, 1 << (needed - 1).bit_length())
 
@@ -118,6 +133,9 @@ class GaudiModelRunner:
         self.compactions = 0
         self.dtype = model.dtype
         self._restore: list = []
+        self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
+        self._features: dict = {}
+        self._feature_target = None
         self._allocate()
         self.call = hpu.graph_wrapped(model) if hpu_graphs else model
 
@@ -158,6 +176,9 @@ class GaudiModelRunner:
 
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache)."""
+        if self._norm_hook is not None:
+            self._norm_hook.remove()
+            self._norm_hook = None
         for module, tensor, seq_len in reversed(self._restore):
             module.cache, module.inp_seq_len = tensor, seq_len
         self._restore = []
@@ -180,21 +201,26 @@ class GaudiModelRunner:
         self.compactions += 1
 
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32)."""
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+        """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32), and with
+        hidden=True also the block's last hidden states (B, L, H) (for a feature draft head)."""
         batch, length = tokens.shape
         extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 else 0
         if extra:
             # the prompt block, left-extended to a multiple of PROMPT_BUCKET: one prefill graph per bucket, not
             # per prompt length. The extra columns hold negative slots: never visible, dropped by compaction.
             tokens = torch.cat([tokens[:, :1].expand(batch, extra), tokens], dim=1)
-            logits = self.forward(tokens, start - extra, logits_to_keep)
-            return logits if logits_to_keep else logits[:, extra:]
+            out = self.forward(tokens, start - extra, logits_to_keep, hidden)
+            logits = out[0] if hidden else out
+            logits = logits if logits_to_keep else logits[:, extra:]
+            return (logits, out[1][:, extra:]) if hidden else logits
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             keep = length if logits_to_keep in (0, None) else logits_to_keep
-            outs = [self.forward(tokens[:, i : i + 1], start + i, 1) for i in range(length)]
-            return torch.cat(outs[length - keep:], dim=1)
+            outs = [self.forward(tokens[:, i : i + 1], start + i, 1, hidden) for i in range(length)]
+            if not hidden:
+                return torch.cat(outs[length - keep:], dim=1)
+            return (torch.cat([o[0] for o in outs[length - keep:]], 1), torch.cat([o[1] for o in outs], 1))
         if self.write + length > self.columns:
             self._compact()
             if self.write + length > self.columns:
@@ -213,10 +239,15 @@ class GaudiModelRunner:
         # into them: pass a private copy, never a tensor the caller still holds (a draft token would be
         # overwritten by the next one)
         tokens = tokens.clone(memory_format=torch.contiguous_format)  # standard strides: one view hash per shape
+        if hidden:
+            self._feature_buffer(batch, length)
         if self.mechanism == "reuse_cache":
-            logits = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep)
+            out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden)
         else:
-            logits = self._forward_token_idx(tokens, slots, position_ids, columns, logits_to_keep)
+            out = self._forward_token_idx(tokens, slots, position_ids, columns, logits_to_keep, hidden)
+        logits = out.logits
+        if logits_to_keep and logits.shape[1] > logits_to_keep:
+            logits = logits[:, -logits_to_keep:]
         self.write += length
         self.write_t.add_(length)
         if self.lazy_mode:
@@ -224,15 +255,41 @@ class GaudiModelRunner:
         # an HPU graph replay returns the capture's own output tensors, refilled on the next replay, and the
         # model may have been wrapped by the caller: callers (the draft loop, the split blocks above) may hold
         # these logits across calls, so always hand out a tensor of our own
-        out = logits.float()
-        return out.clone() if out is logits else out
+        result = logits.float()
+        result = result.clone() if result is logits else result
+        if not hidden:
+            return result
+        return result, self._features[(batch, length)].clone()
+
+    def _feature_buffer(self, batch: int, length: int) -> None:
+        """Where the final norm's output (the target's features) is copied during a hidden=True forward.
+
+        optimum-habana's models return no hidden_states, so a forward hook on the final norm copies its output into
+        a buffer allocated here, outside any capture: one buffer per block shape, so that a graph captured for
+        that shape writes into the same tensor on every replay (as it writes the KV cache). Such calls pass
+        output_hidden_states=True, which makes their graphs distinct from the plain ones."""
+        if self._norm_hook is None:
+            norm = final_norm(self.model)
+            if norm is None:
+                raise NotImplementedError(f"{type(self.model).__name__}: no final norm module found to read the "
+                                          "target's features from; a feature draft head cannot run on it")
+            self._norm_hook = norm.register_forward_hook(self._copy_features)
+        key = (batch, length)
+        if key not in self._features:
+            hidden = text_config_of(self.model).hidden_size
+            self._features[key] = torch.zeros(batch, length, hidden, dtype=self.dtype, device=self.device)
+        self._feature_target = self._features[key]
+
+    def _copy_features(self, module, args, output):
+        if self._feature_target is not None and output.shape == self._feature_target.shape:
+            self._feature_target.copy_(output)
 
     def _visible(self, slots: torch.Tensor) -> torch.Tensor:
         """(B, L, columns): column j is visible to query i iff pad <= slot_of[j] <= slot of query i."""
         held = self.slot_of[:, None, :]
         return (held >= self.pad[:, None, None]) & (held <= slots[:, :, None])
 
-    def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep):
+    def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep, hidden=False):
         batch, length = tokens.shape
         # optimum-habana reads "past length" from the cache shapes and expects a mask of past + length columns;
         # the mask must span exactly the cache (grouped-query attention does not slice it), so the shapes we
@@ -242,25 +299,24 @@ class GaudiModelRunner:
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=logits_to_keep or 0, **self.attention,
+            logits_to_keep=logits_to_keep or 0, **self.attention, **({"output_hidden_states": True} if hidden else {}),
         )
-        return out.logits
+        return out
 
-    def _forward_token_idx(self, tokens, slots, position_ids, columns, logits_to_keep):
+    def _forward_token_idx(self, tokens, slots, position_ids, columns, logits_to_keep, hidden=False):
         batch, length = tokens.shape
+        extra = {"output_hidden_states": True} if hidden else {}
         if length > 1:  # the prefill: plain causal attention without a past, then copied into the cache
             mask = (slots >= self.pad[:, None]).long()
-            out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True)
+            out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True, **extra)
             for (k, v), (new_k, new_v) in zip(self.past, out.past_key_values):
                 k.index_copy_(2, columns, new_k.to(k.dtype))
                 v.index_copy_(2, columns, new_v.to(v.dtype))
-            logits = out.logits
-            return logits[:, -logits_to_keep:] if logits_to_keep else logits
+            return out
         mask = torch.zeros(batch, self.columns + 1, dtype=torch.long, device=self.device)
         mask[:, : self.columns] = self._visible(slots)[:, 0].long()
-        out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
-                        token_idx=columns + 1, use_cache=True)
-        return out.logits
+        return self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
+                         token_idx=columns + 1, use_cache=True, **extra)
 
 
 class _Bypass:
@@ -287,11 +343,12 @@ class PlainModelOnGaudi:
         if hpu.is_graph_wrapped(runner.model):
             runner.model = _Bypass(runner.model)
 
-    def forward(self, tokens, start, logits_to_keep: int = 0):
-        logits = self.runner.forward(tokens, start, logits_to_keep)
+    def forward(self, tokens, start, logits_to_keep: int = 0, hidden: bool = False):
+        out = self.runner.forward(tokens, start, logits_to_keep, hidden) if hidden else \
+            self.runner.forward(tokens, start, logits_to_keep)
         if self.lazy_mode:
             hpu.mark_step()
-        return logits
+        return out
 
     def __getattr__(self, name):
         return getattr(self.runner, name)

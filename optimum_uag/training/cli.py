@@ -1,0 +1,158 @@
+"""`optimum-uag train-draft`: train a feature-level draft head for a target on text (or on the target's own answers).
+
+    optimum-uag train-draft --model_name_or_path T --dataset_name data.jsonl --output_dir D --max_minutes 60
+
+Records: {"messages": [...]} (a conversation, through the target's chat template), {"prompt": "..."} with
+--generate_answers (the target answers it first: self-distillation), or text in --column_name (chunked).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="optimum-uag train-draft", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_name_or_path", required=True, help="the target ('smollm2', a directory or a Hub id)")
+    p.add_argument("--dataset_name", action="append", required=True,
+                   help="JSON/JSONL/text file, saved dataset or Hub dataset (repeatable)")
+    p.add_argument("--column_name", default="text", help="text column of plain-text records")
+    p.add_argument("--dataset_max_samples", type=int, default=None)
+    p.add_argument("--output_dir", required=True, help="where the head (config.json + model.safetensors) goes")
+    p.add_argument("--work_dir", default=None, help="feature cache (default: OUTPUT_DIR/features); resumable")
+    p.add_argument("--generate_answers", action="store_true",
+                   help="records with a 'prompt' (or a conversation ending with a user turn) are answered by the "
+                        "target first (greedy), and the head trains on its own answers")
+    p.add_argument("--max_new_tokens", type=int, default=160, help="answer length with --generate_answers")
+    p.add_argument("--seq_len", type=int, default=256, help="tokens per chunk of text")
+    p.add_argument("--max_minutes", type=float, default=60.0, help="budget for features + training")
+    p.add_argument("--feature_share", type=float, default=0.3, help="share of --max_minutes for features")
+    p.add_argument("--draft_vocab_size", type=int, default=8192, help="0: the target's full vocabulary")
+    p.add_argument("--unroll_steps", type=int, default=3)
+    p.add_argument("--window", type=int, default=128)
+    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--learning_rate", type=float, default=1e-3)
+    p.add_argument("--device", default="auto", help="auto (hpu > cuda > cpu), cpu, cuda, hpu")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    from ..gaudi import device as hpu
+
+    if hpu.available() and getattr(torch, "hpu", None) is not None and torch.hpu.is_available():
+        return torch.device("hpu")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def read_records(names: list[str], max_samples: int | None) -> list[dict]:
+    records = []
+    for name in names:
+        path = Path(name)
+        if path.is_file() and path.suffix in (".jsonl", ".json"):
+            text = path.read_text(encoding="utf-8")
+            rows = json.loads(text) if path.suffix == ".json" else [json.loads(line) for line in text.splitlines()
+                                                                     if line.strip()]
+        elif path.is_file():
+            rows = [{"text": path.read_text(encoding="utf-8")}]
+        else:
+            import datasets
+
+            try:
+                data = datasets.load_from_disk(name) if path.is_dir() else datasets.load_dataset(name, split="train")
+            except Exception as exc:  # noqa: BLE001 - one clear line, whatever datasets raised
+                raise SystemExit(f"train-draft: cannot read dataset {name!r}: {str(exc).splitlines()[0][:160]}")
+            rows = list(data)
+        records.extend(rows[:max_samples] if max_samples else rows)
+    if not records:
+        raise SystemExit("train-draft: the datasets hold no records")
+    return records
+
+
+def answer_prompts(model, tok, convs: list[list[dict]], max_new_tokens: int, log) -> list[list[dict]]:
+    """The target's own greedy answers to the conversations' last user turns (batched, shortest first)."""
+    tok.padding_side = "left"
+    order = sorted(range(len(convs)), key=lambda i: len(str(convs[i])))
+    out = [None] * len(convs)
+    t0 = time.time()
+    for b in range(0, len(order), 16):
+        idx = order[b : b + 16]
+        enc = tok.apply_chat_template([convs[i] for i in idx], add_generation_prompt=True, return_tensors="pt",
+                                      padding=True, return_dict=True).to(model.device)
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        for r, i in enumerate(idx):
+            answer = tok.decode(gen[r, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out[i] = convs[i] + [{"role": "assistant", "content": answer}]
+        log(f"[answers] {b + len(idx)}/{len(convs)} ({(time.time() - t0) / 60:.1f} min)")
+    return out
+
+
+def token_sequences(records: list[dict], tok, column: str, seq_len: int, model=None, generate: bool = False,
+                    max_new_tokens: int = 160, log=print) -> list[list[int]]:
+    """Token id sequences: conversations through the chat template (whole), text in seq_len chunks."""
+    convs, texts = [], []
+    for rec in records:
+        if "messages" in rec:
+            convs.append(list(rec["messages"]))
+        elif "prompt" in rec and (generate or "answer" in rec):
+            conv = [{"role": "user", "content": rec["prompt"]}]
+            convs.append(conv + ([{"role": "assistant", "content": rec["answer"]}] if "answer" in rec else []))
+        elif column in rec:
+            texts.append(rec[column])
+        else:
+            raise SystemExit(f"train-draft: a record has neither 'messages', 'prompt' nor '{column}': {list(rec)[:5]}")
+    if generate:
+        todo = [i for i, c in enumerate(convs) if c[-1]["role"] == "user"]
+        done = answer_prompts(model, tok, [convs[i] for i in todo], max_new_tokens, log)
+        for i, conv in zip(todo, done):
+            convs[i] = conv
+    seqs = [tok.apply_chat_template(c, tokenize=True)[: seq_len * 4] for c in convs]
+    for text in texts:
+        ids = tok(text)["input_ids"]
+        seqs.extend(ids[i : i + seq_len] for i in range(0, max(1, len(ids) - seq_len // 4), seq_len))
+    return [s for s in seqs if len(s) >= 16]
+
+
+def train_draft_main(argv=None) -> int:
+    from ..cli import load, resolve_model_name
+    from .feature import extract_features, train_feature_head
+
+    args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    t0 = time.time()
+    name = args.model_name_or_path
+    model, tok, path = load(resolve_model_name(name), "target", device, torch.float32, args)
+    records = read_records(args.dataset_name, args.dataset_max_samples)
+    seqs = token_sequences(records, tok, args.column_name, args.seq_len, model, args.generate_answers,
+                           args.max_new_tokens)
+    random.Random(args.seed).shuffle(seqs)
+    work = Path(args.work_dir or Path(args.output_dir) / "features")
+    budget = args.max_minutes
+    print(f"train-draft: {len(seqs)} sequences, {sum(map(len, seqs))} tokens; features in {work}", flush=True)
+    info = extract_features(model, seqs, work, max_minutes=budget * args.feature_share,
+                            log=lambda m: print(m, flush=True))
+    left = max(1.0, budget - (time.time() - t0) / 60)
+    eos = tok.eos_token_id
+    result = train_feature_head(model, work, args.output_dir, target_name=name,
+                                draft_vocab_size=args.draft_vocab_size or None, minutes=left,
+                                steps=args.unroll_steps, window=args.window, batch_size=args.batch_size,
+                                lr=args.learning_rate, seed=args.seed, eos_token_ids=[eos] if eos is not None else [],
+                                log=lambda m: print(m, flush=True))
+    result["features"] = info
+    result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])
+    Path(args.output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"train-draft: head saved to {args.output_dir} ({(time.time() - t0) / 60:.1f} min)")
+    return 0
