@@ -9,7 +9,6 @@ from transformers import GenerationConfig
 from transformers.utils import ModelOutput
 
 from ..runners import plan_for
-from ..runners.registry import make_runner
 from .commit import commit, stopping_criteria
 from .config import AssistedConfig, resolve_config, validate_inputs
 from .drafters import build_drafter, pad_proposal, resolve_assistant

@@ -39,3 +39,8 @@ def is_gaudi_model(model) -> bool:
         return True
     device = getattr(model, "device", None)
     return getattr(device, "type", None) == "hpu"
+
+
+def set_env() -> None:
+    """habana_frameworks.torch.core.hpu_set_env(), before FP8 (INC) models reach the HPU (as optimum-habana)."""
+    importlib.import_module("habana_frameworks.torch.core").hpu_set_env()

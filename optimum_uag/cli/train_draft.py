@@ -125,8 +125,8 @@ def token_sequences(records: list[dict], tok, column: str, seq_len: int, model=N
 
 
 def train_draft_main(argv=None) -> int:
-    from ..cli import load, resolve_model_name
-    from .feature import extract_features, train_feature_head
+    from ..training.feature import extract_features, train_feature_head
+    from .loading import load, resolve_model_name
 
     args = build_parser().parse_args(argv)
     if args.threads:

@@ -13,6 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from .common import fail
+from .loading import load_assistant, load, resolve_device
+from .prompts import apply_chat, read_prompts
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="optimum-uag tune", description=__doc__,
@@ -39,8 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _grid(text: str) -> list[int]:
-    from .cli import fail
-
     try:
         values = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -53,10 +55,6 @@ def _grid(text: str) -> list[int]:
 def run_tune(argv=None) -> dict:
     import torch
 
-    from . import assisted_generate
-    from .cli import apply_chat, fail, load, read_prompts, resolve_device
-    from .models import embedded_models
-
     args = build_parser().parse_args(argv)
     grid = _grid(args.num_assistant_tokens)
     schedules = [s for s in args.schedules.split(",") if s.strip() and s != "none"]
@@ -65,13 +63,27 @@ def run_tune(argv=None) -> dict:
             fail(f"--schedules: unknown schedule {s!r} (heuristic, confidence, or none)")
     if args.num_prompts < 1 or args.batch_size < 1 or args.max_new_tokens < 1 or args.repeats < 1:
         fail("--num_prompts, --batch_size, --max_new_tokens and --repeats must be >= 1")
-    device = resolve_device(args.device)
+    device, _ = resolve_device(args.device)
     model, tokenizer, target_path = load(args.model_name_or_path, "target", device, torch.float32)
-    paths = args.assistant_model or [embedded_models()["assistant"], embedded_models()["assistant_same_tokenizer"]]
-    drafts = []
-    for path in paths:
-        assistant, assistant_tok, resolved = load(path, "assistant", device, torch.float32)
-        drafts.append((Path(resolved).name, resolved, assistant, assistant_tok))
+    encoded, source, n_prompts = _inputs(args, tokenizer, device)
+    gen = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id)
+    if args.do_sample:
+        gen.update(temperature=args.temperature, top_k=0)
+    configs = _configs(args, device, grid, schedules)
+    timer = _Timer(args, encoded)
+    model.generate(**encoded[0], **gen)  # warm-up
+    base_seconds, base_outs, _ = timer(lambda enc: model.generate(**enc, **gen))
+    rows = [_measure(c, model, tokenizer, gen, timer, base_seconds, base_outs, args.do_sample) for c in
+            _progress(configs)]
+    rows.sort(key=lambda r: r["speedup_vs_target"], reverse=True)
+    return {
+        "target": target_path, "prompt_source": source, "num_prompts": n_prompts,
+        "target_only_seconds": base_seconds, "results": rows, "best": rows[0],
+        "recommended_command": _command(args, rows[0]), "args": vars(args),
+    }
+
+
+def _inputs(args, tokenizer, device):
     prompts, source = read_prompts(argparse.Namespace(prompt=args.prompt, prompt_file=args.prompt_file,
                                                       dataset_name=None))
     prompts, templated = apply_chat(tokenizer, prompts, False, None)
@@ -79,17 +91,41 @@ def run_tune(argv=None) -> dict:
     batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
     encoded = [tokenizer(b, return_tensors="pt", padding=True, return_token_type_ids=False,
                          add_special_tokens=not templated).to(device) for b in batches]
-    gen = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id)
-    if args.do_sample:
-        gen.update(temperature=args.temperature, top_k=0)
+    return encoded, source, len(prompts)
 
-    def timed_pass(fn):
-        """(seconds, outputs, metrics list) over all batches; best of --repeats."""
+
+def _configs(args, device, grid, schedules) -> list[tuple]:
+    """(name, path, draft, draft tokenizer, K, schedule) for every draft and K, the dynamic schedules, lookup."""
+    import torch
+
+    from ..models import embedded_models
+
+    paths = args.assistant_model or [embedded_models()["assistant"], embedded_models()["assistant_same_tokenizer"]]
+    configs = []
+    for path in paths:
+        assistant, assistant_tok, resolved = load_assistant(path, device, torch.float32)
+        name = Path(resolved).name
+        configs += [(name, resolved, assistant, assistant_tok, k, "constant") for k in grid]
+        configs += [(name, resolved, assistant, assistant_tok, 5, s) for s in schedules]
+    if args.prompt_lookup:
+        configs += [("prompt_lookup", None, None, None, k, "constant") for k in grid]
+    return configs
+
+
+class _Timer:
+    """(seconds, outputs, metrics list) of one pass over all batches; best of --repeats."""
+
+    def __init__(self, args, encoded):
+        self.args, self.encoded = args, encoded
+
+    def __call__(self, fn):
+        import torch
+
         best = None
-        for _ in range(args.repeats):
-            torch.manual_seed(args.seed)
+        for _ in range(self.args.repeats):
+            torch.manual_seed(self.args.seed)
             outs, metrics, t0 = [], [], time.perf_counter()
-            for enc in encoded:
+            for enc in self.encoded:
                 out = fn(enc)
                 outs.append(out.sequences if hasattr(out, "sequences") else out)
                 if hasattr(out, "metrics"):
@@ -99,49 +135,42 @@ def run_tune(argv=None) -> dict:
                 best = (seconds, outs, metrics)
         return best
 
-    def target_only(enc):
-        return model.generate(**enc, **gen)
 
-    configs = []
-    for name, path, assistant, assistant_tok in drafts:
-        for k in grid:
-            configs.append((name, path, assistant, assistant_tok, k, "constant"))
-        for schedule in schedules:
-            configs.append((name, path, assistant, assistant_tok, 5, schedule))
-    if args.prompt_lookup:
-        for k in grid:
-            configs.append(("prompt_lookup", None, None, None, k, "constant"))
-
-    target_only(encoded[0])  # warm-up
-    base_seconds, base_outs, _ = timed_pass(target_only)
-    rows = []
+def _progress(configs):
     from tqdm.auto import tqdm
 
-    for name, path, assistant, assistant_tok, k, schedule in tqdm(configs, desc="tune", disable=not sys.stderr.isatty()):
-        def ours(enc, assistant=assistant, assistant_tok=assistant_tok, k=k, schedule=schedule):
-            extra = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=schedule)
-            if assistant is None:
-                extra["prompt_lookup_num_tokens"] = k
-                return assisted_generate(model, None, enc["input_ids"], enc["attention_mask"], **gen, **extra)
-            return assisted_generate(model, assistant, enc["input_ids"], enc["attention_mask"], tokenizer=tokenizer,
-                                     assistant_tokenizer=assistant_tok, **gen, **extra)
+    return tqdm(configs, desc="tune", disable=not sys.stderr.isatty())
 
-        ours(encoded[0])  # warm-up (first-call costs: vocabulary intersection, allocations)
-        seconds, outs, metrics = timed_pass(ours)
-        generated = sum(m.generated_tokens for m in metrics)
-        drafted = sum(m.draft_tokens for m in metrics)
-        row_calls = sum(m.row_target_calls for m in metrics)
-        rows.append({
-            "draft": name, "assistant_model": path, "num_assistant_tokens": k, "schedule": schedule,
-            "speedup_vs_target": base_seconds / seconds if seconds else 0.0,
-            "tau": generated / row_calls if row_calls else 0.0,
-            "acceptance_rate": sum(m.accepted_tokens for m in metrics) / drafted if drafted else 0.0,
-            "seconds": seconds,
-            "outputs_match_target": None if args.do_sample else all(
-                torch.equal(a, b) for a, b in zip(outs, base_outs)),
-        })
-    rows.sort(key=lambda r: r["speedup_vs_target"], reverse=True)
-    best = rows[0]
+
+def _measure(config, model, tokenizer, gen, timer, base_seconds, base_outs, do_sample) -> dict:
+    import torch
+
+    from .. import assisted_generate
+    from ..engine.metrics import Metrics
+
+    name, path, assistant, assistant_tok, k, schedule = config
+
+    def ours(enc):
+        extra = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=schedule)
+        if assistant is None:
+            extra["prompt_lookup_num_tokens"] = k
+        pair = dict(tokenizer=tokenizer, assistant_tokenizer=assistant_tok) if assistant_tok is not None else {}
+        return assisted_generate(model, assistant, enc["input_ids"], enc["attention_mask"], **pair, **gen, **extra)
+
+    ours(timer.encoded[0])  # warm-up (first-call costs: vocabulary intersection, allocations)
+    seconds, outs, metrics = timer(ours)
+    total = Metrics()
+    for m in metrics:
+        total.merge(m)
+    return {
+        "draft": name, "assistant_model": path, "num_assistant_tokens": k, "schedule": schedule,
+        "speedup_vs_target": base_seconds / seconds if seconds else 0.0,
+        "tau": total.tau, "acceptance_rate": total.acceptance_rate, "seconds": seconds,
+        "outputs_match_target": None if do_sample else all(torch.equal(a, b) for a, b in zip(outs, base_outs)),
+    }
+
+
+def _command(args, best: dict) -> str:
     command = ["optimum-uag", "generate"]
     if args.model_name_or_path:
         command += ["--model_name_or_path", args.model_name_or_path]
@@ -150,11 +179,7 @@ def run_tune(argv=None) -> dict:
     else:
         command += ["--assistant_model", best["assistant_model"], "--num_assistant_tokens",
                     str(best["num_assistant_tokens"]), "--num_assistant_tokens_schedule", best["schedule"]]
-    return {
-        "target": target_path, "prompt_source": source, "num_prompts": len(prompts),
-        "target_only_seconds": base_seconds, "results": rows, "best": best,
-        "recommended_command": " ".join(command), "args": vars(args),
-    }
+    return " ".join(command)
 
 
 def plot(report: dict, path: Path) -> bool:

@@ -1,0 +1,284 @@
+"""`optimum-uag generate` (and examples/run_generation.py): parse -> load models -> build inputs -> run the methods
+side by side (target-only, optimum-uag with each draft, transformers' assisted generation) -> report."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import distributed
+from ..upstream_flags import ignored
+from .common import fail
+from .flags import build_parser, check_args
+from .harness import Method, device_sync, run_side_by_side
+from .loading import (default_models, load, load_assistant, load_inc_quantized, maybe_quantize, resolve_device,
+                      upstream_generation_config)
+from .prompts import apply_chat, read_prompts
+from .report import build_report, print_report
+
+
+@dataclass
+class Setup:
+    """What run_generate loaded: models, tokenizers, device, and notes for the report."""
+
+    args: object
+    device: object = None
+    emulator: object = None
+    model: object = None
+    tokenizer: object = None
+    target_path: str = ""
+    drafts: dict = field(default_factory=dict)  # row name -> (draft, its tokenizer or None, path)
+    notes: list = field(default_factory=list)
+    world_size: int = 1
+    gaudi_call: dict = field(default_factory=dict)  # generate() arguments of optimum-habana (both loops)
+    gaudi_kwargs: dict = field(default_factory=dict)  # Gaudi options of optimum-uag's loop
+    baseline_config: object = None
+
+
+def parse(argv) -> tuple[object, bool]:
+    args = build_parser().parse_args(argv)
+    on_gaudi = args.device == "hpu" or args.emulate_hpu
+    if args.ignore_eos is None:  # optimum-habana's run_generation.py default (True) for Gaudi command lines
+        args.ignore_eos = on_gaudi
+    if args.warmup is None:  # optimum-habana's default on Gaudi; one pass elsewhere (the emulator included)
+        args.warmup = 3 if args.device == "hpu" and not args.emulate_hpu else 1
+    check_args(args, on_gaudi)
+    return args, on_gaudi
+
+
+def load_models(args, notes: list) -> Setup:
+    """Target and drafts on the device (multi-card: loaded on the CPU, sharded, then moved); quantized as asked."""
+    import torch
+
+    from ..quantization import quant_kind, read_quant_config
+
+    setup = Setup(args=args, notes=notes)
+    quant_config = os.environ.get("QUANT_CONFIG")
+    for path in (quant_config, args.assistant_quant_config):
+        if path:
+            try:
+                quant_kind(read_quant_config(path))
+            except (OSError, ValueError) as exc:
+                fail(str(exc))
+    torch.manual_seed(args.seed)
+    setup.device, setup.emulator = resolve_device(args.device, args.emulate_hpu)
+    if setup.device.type == "hpu" and (quant_config or args.assistant_quant_config or args.load_quantized_model_with_inc):
+        from ..gaudi import device as hpu
+
+        hpu.set_env()  # as optimum-habana's setup_device, before any model reaches the HPU
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    setup.world_size = ws = distributed.world_size()
+    if ws > 1:
+        if args.emulate_hpu:
+            fail("--emulate_hpu runs one process; drop it for a multi-card run (DeepSpeed over gloo runs on CPU)")
+        distributed.init(setup.device)
+    elif args.shard_assistant:
+        fail("--shard_assistant needs a multi-card launch (deepspeed --num_gpus N ...)")
+    load_device = torch.device("cpu") if ws > 1 else setup.device
+    if args.load_quantized_model_with_inc:
+        setup.model, setup.tokenizer, setup.target_path = load_inc_quantized(args.model_name_or_path, setup.device, args)
+    else:
+        setup.model, setup.tokenizer, setup.target_path = load(args.model_name_or_path, "target", load_device, dtype,
+                                                               args)
+    if not args.no_assistant and (not args.prompt_lookup_num_tokens or args.assistant_model_given):
+        setup.drafts["optimum_uag"] = _load_draft(args, args.assistant_model, load_device, dtype)
+    if not args.no_assistant and args.uag_assistant_model:
+        setup.drafts["optimum_uag_uag"] = _load_draft(args, args.uag_assistant_model, load_device, dtype)
+    if ws > 1:
+        _shard(setup, dtype)
+    setup.model = maybe_quantize(setup.model, quant_config, "QUANT_CONFIG")
+    for name, (draft, tok, path) in list(setup.drafts.items()):
+        if hasattr(draft, "generation_config"):  # a model, not a feature head
+            setup.drafts[name] = (maybe_quantize(draft, args.assistant_quant_config, "--assistant_quant_config"),
+                                  tok, path)
+    return setup
+
+
+def _load_draft(args, path, device, dtype):
+    draft, tok, path = load_assistant(path, device, dtype, args)
+    if args.assistant_tokenizer and tok is not None and path == args.assistant_model:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(args.assistant_tokenizer, token=args.token)
+        except (OSError, ValueError) as exc:
+            fail(f"could not load --assistant_tokenizer {args.assistant_tokenizer}: {str(exc).splitlines()[0]}")
+    return draft, tok, path
+
+
+def _shard(setup: Setup, dtype) -> None:
+    try:
+        setup.model = distributed.shard(setup.model, dtype, "target")
+        for name, (draft, tok, path) in list(setup.drafts.items()):
+            if setup.args.shard_assistant and hasattr(draft, "generation_config"):
+                draft = distributed.shard(draft, dtype, "assistant")
+            setup.drafts[name] = (draft.to(setup.device), tok, path)
+    except ValueError as exc:
+        fail(str(exc))
+    setup.model = setup.model.to(setup.device)
+
+
+def prepare_gaudi(setup: Setup) -> None:
+    """Gaudi knobs as call arguments, graph-wrapped Gaudi models, and the upstream baseline's generation config."""
+    args = setup.args
+    if not (args.device == "hpu" or args.emulate_hpu):
+        return
+    from ..gaudi.device import graph_wrapped
+    from ..gaudi.runner import cache_mechanism
+
+    setup.gaudi_call = dict(lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") != "0", hpu_graphs=args.use_hpu_graphs)
+    setup.gaudi_kwargs = dict(ignore_eos=args.ignore_eos, use_flash_attention=args.use_flash_attention,
+                              flash_attention_recompute=args.flash_attention_recompute, static_shapes=True,
+                              reuse_cache=True)
+    setup.baseline_config = upstream_generation_config(setup.model, args)
+    models = [("target", setup.model)] + [("assistant", d) for d, _, _ in setup.drafts.values()
+                                          if hasattr(d, "generation_config")]
+    for name, m in models:
+        if setup.emulator is not None:
+            setup.emulator.name(m, name)
+        if args.use_hpu_graphs and cache_mechanism(m) is not None:
+            graph_wrapped(m)
+        elif args.use_hpu_graphs:
+            setup.notes.append(f"the {name} ({type(m).__name__}) is not an optimum-habana Gaudi model: it runs "
+                               "outside HPU graphs (a captured graph would freeze its cache object)")
+
+
+def build_inputs(setup: Setup) -> tuple[list, str]:
+    """Prompts -> (chat template) -> batches of the target tokenizer's ids on the device."""
+    args, tokenizer, notes = setup.args, setup.tokenizer, setup.notes
+    prompts, source = read_prompts(args)
+    prompts, templated = apply_chat(tokenizer, prompts, args.use_chat_template, args.chat_template)
+    no_ops = ignored(args)
+    if no_ops and setup.gaudi_kwargs:
+        notes.append(f"accepted for compatibility with optimum-habana: {', '.join(no_ops)}; applied to the "
+                     "target-only baseline (optimum-habana's own loop, as its run_generation.py), no effect on "
+                     "optimum-uag's loop")
+    elif no_ops:
+        notes.append(f"accepted for compatibility with optimum-habana, no effect here: {', '.join(no_ops)}")
+    if args.batch_size > len(prompts):
+        notes.append(f"batch_size {args.batch_size} > {len(prompts)} prompts: prompts are repeated to fill the batch")
+        prompts = (prompts * args.batch_size)[: args.batch_size]
+    batches = [prompts[i : i + args.batch_size] for i in range(0, len(prompts), args.batch_size)]
+    batches = [b for b in batches if len(b) == args.batch_size] or batches[:1]
+    encode_kw = dict(return_tensors="pt", padding=True, return_token_type_ids=False,
+                     add_special_tokens=not templated)  # a chat template writes its own special tokens
+    if args.max_input_tokens > 0:  # as optimum-habana: one static prompt shape (pad to the limit, cut the left)
+        encode_kw.update(truncation=True, max_length=args.max_input_tokens, padding="max_length")
+        tokenizer.truncation_side = "left"
+    return [tokenizer(b, **encode_kw).to(setup.device) for b in batches], source
+
+
+def generation_kwargs(setup: Setup) -> dict:
+    args, tokenizer = setup.args, setup.tokenizer
+    kw = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, pad_token_id=tokenizer.pad_token_id,
+              **setup.gaudi_call)
+    if args.ignore_eos and not setup.gaudi_kwargs:
+        kw["eos_token_id"] = None
+    if args.do_sample:
+        kw.update(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                  num_return_sequences=args.num_return_sequences)
+    if args.bad_words:  # as optimum-habana: each word's ids without special tokens
+        kw["bad_words_ids"] = [tokenizer.encode(w, add_special_tokens=False) for w in args.bad_words]
+    return kw
+
+
+def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
+    """The rows to run side by side: target-only first, then optimum-uag with each draft, then transformers'."""
+    from .. import assisted_generate
+
+    args, model, tokenizer = setup.args, setup.model, setup.tokenizer
+    baseline_kwargs = {}
+    if args.torch_compile:  # like with like: transformers' own compiled static-cache loop
+        from ..runners.compile import transformers_compile_config
+
+        baseline_kwargs = dict(cache_implementation="static", compile_config=transformers_compile_config(setup.device))
+    if setup.gaudi_kwargs:  # optimum-habana's run_generation.py: its generation config, every upstream flag applied
+        baseline_kwargs["generation_config"] = setup.baseline_config
+    methods = {"target_only": Method(lambda enc: model.generate(**enc, **gen_kwargs, **baseline_kwargs))}
+    engine = dict(num_assistant_tokens=args.num_assistant_tokens,
+                  num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
+                  assistant_confidence_threshold=args.assistant_confidence_threshold, **setup.gaudi_kwargs)
+    if args.prompt_lookup_num_tokens:
+        engine["prompt_lookup_num_tokens"] = args.prompt_lookup_num_tokens
+    if args.torch_compile:
+        engine["torch_compile"] = True
+
+    def ours(draft, draft_tok, extra):
+        cross = draft_tok is not None and not _same(tokenizer, draft_tok)
+        pair = dict(tokenizer=tokenizer, assistant_tokenizer=draft_tok if cross else None)
+        return Method(lambda enc: assisted_generate(model, draft, enc["input_ids"], enc["attention_mask"], **pair,
+                                                    **gen_kwargs, **engine, **extra), engine=True)
+
+    if not setup.drafts and args.prompt_lookup_num_tokens:
+        methods["optimum_uag"] = ours(None, None, {})
+    for name, (draft, draft_tok, _) in setup.drafts.items():
+        methods[name] = ours(draft, draft_tok, {} if name == "optimum_uag" else {"prompt_lookup_num_tokens": None})
+    _add_transformers_baseline(setup, methods, gen_kwargs)
+    return methods
+
+
+def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) -> None:
+    args = setup.args
+    name = "optimum_uag_uag" if "optimum_uag_uag" in setup.drafts else "optimum_uag"
+    if not args.compare_baseline and name != "optimum_uag_uag":
+        return
+    if name not in setup.drafts or not hasattr(setup.drafts[name][0], "generation_config"):
+        return
+    draft, draft_tok, _ = setup.drafts[name]
+    if setup.gaudi_kwargs:
+        setup.notes.append("optimum-habana's own assisted generation fails on Gaudi models (tuple-cache .crop(), "
+                           "static-shape mismatches): transformers baseline skipped")
+        return
+    if args.batch_size > 1:
+        setup.notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
+        return
+    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens)
+    if draft_tok is not None and not _same(setup.tokenizer, draft_tok):
+        kw.update(tokenizer=setup.tokenizer, assistant_tokenizer=draft_tok)
+
+    def transformers_assisted(enc):
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        return setup.model.generate(**enc, **kw)
+
+    methods["transformers_assisted"] = Method(transformers_assisted, baseline_of=name)
+
+
+def _same(a, b) -> bool:
+    from ..engine.drafters.translation import same_vocabulary
+
+    return a is b or same_vocabulary(a, b)
+
+
+def run_generate(argv=None) -> dict:
+    args, _ = parse(argv)
+    args.assistant_model_given = args.assistant_model is not None
+    notes = default_models(args)
+    if args.batch_size < 1 or args.max_new_tokens < 1 or args.n_iterations < 1:
+        fail("--batch_size, --max_new_tokens and --n_iterations must be >= 1")
+    setup = load_models(args, notes)
+    prepare_gaudi(setup)
+    encoded, source = build_inputs(setup)
+    gen_kwargs = generation_kwargs(setup)
+    methods = build_methods(setup, gen_kwargs)
+    eos = None if args.ignore_eos else setup.model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+    result = run_side_by_side(methods, encoded, args.warmup, args.n_iterations, args.seed, device_sync(setup.device),
+                              eos_ids, setup.emulator, greedy=not args.do_sample)
+    return build_report(setup, result, source, encoded)
+
+
+def generate_main(argv=None) -> int:
+    try:
+        report = run_generate(argv)
+    finally:
+        distributed.shutdown()
+    if distributed.rank() != 0:
+        return 0
+    print_report(report)
+    out_dir = report["args"].get("output_dir")
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "results.json").write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {Path(out_dir) / 'results.json'}")
+    return 0

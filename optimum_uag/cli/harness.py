@@ -1,0 +1,122 @@
+"""Timed runs side by side: warm-up, device sync, new-token counting (generate, tune and the benchmarks)."""
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+def device_sync(device):
+    """What waits for the device's queued work: torch.hpu.synchronize on Gaudi (lazy mode queues the graphs),
+    torch.cuda.synchronize on CUDA, nothing on the CPU."""
+    import torch
+
+    if device.type == "hpu":
+        import habana_frameworks.torch.hpu as torch_hpu
+
+        return torch_hpu.synchronize
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def timed(fn, sync):
+    """Seconds of fn() up to its output on the host (as optimum-habana times generate(...).cpu())."""
+    sync()
+    t0 = time.perf_counter()
+    out = fn()
+    (out.sequences if hasattr(out, "sequences") else out).cpu()
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def count_new(sequences, prompt_len: int, eos_ids) -> int:
+    """Tokens actually generated: up to and including each row's EOS (not batch * max_new_tokens)."""
+    new = sequences[:, prompt_len:].tolist()
+    total = 0
+    for row in new:
+        n = len(row)
+        for i, t in enumerate(row):
+            if t in eos_ids:
+                n = i + 1
+                break
+        total += n
+    return total
+
+
+@dataclass
+class Method:
+    """One row of a side-by-side run: fn(encoded batch) -> sequences or an AssistedGenerateOutput."""
+
+    fn: Callable
+    engine: bool = False  # optimum-uag: its metrics are collected
+    baseline_of: str | None = None  # transformers' assisted generation on the same pair as this row
+
+
+@dataclass
+class RowResult:
+    seconds: float = 0.0
+    tokens: int = 0
+    warmup_seconds: float = 0.0
+    metrics: object = None  # optimum-uag's Metrics, merged over every call
+    captures: dict = field(default_factory=dict)  # HPU graphs captured per model (emulator), warmup included
+    per_iteration: dict = field(default_factory=dict)  # iteration -> [accepted, drafted]
+    mismatched: list = field(default_factory=list)  # (iteration, batch) where greedy output != target-only
+    last: object = None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def _call(method: Method, enc, sync, emulator, row: RowResult):
+    before = dict(emulator.captures) if emulator is not None else {}
+    out, seconds = timed(lambda: method.fn(enc), sync)
+    for model_name, n in (emulator.captures.items() if emulator is not None else ()):
+        if model_name in ("target", "assistant") and n > before.get(model_name, 0):
+            row.captures[model_name] = row.captures.get(model_name, 0) + n - before.get(model_name, 0)
+    return out, seconds
+
+
+def run_side_by_side(methods: dict, encoded: list, warmup: int, iterations: int, seed: int, sync, eos_ids,
+                     emulator=None, greedy: bool = True) -> dict:
+    """Every method on every batch, in turn on the same inputs and seed (like with like, one process). Untimed
+    first: `warmup` passes over the first batch and one over every other batch shape (captures, compilation)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .. import distributed
+
+    rows = {name: RowResult() for name in methods}
+    shapes, warm = {tuple(encoded[0]["input_ids"].shape)}, [encoded[0]] * warmup
+    for enc in encoded[1:]:
+        if warmup and tuple(enc["input_ids"].shape) not in shapes:
+            shapes.add(tuple(enc["input_ids"].shape))
+            warm.append(enc)
+    for enc in warm:
+        for name, method in methods.items():
+            torch.manual_seed(seed)
+            rows[name].warmup_seconds += _call(method, enc, sync, emulator, rows[name])[1]
+    steps = [(it, b) for it in range(iterations) for b in range(len(encoded))]
+    for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty() or distributed.rank() != 0):
+        enc = encoded[b]
+        prompt_len = enc["input_ids"].shape[1]
+        for name, method in methods.items():
+            torch.manual_seed(seed + it)
+            out, seconds = _call(method, enc, sync, emulator, rows[name])
+            row = rows[name]
+            row.last = out.sequences if hasattr(out, "sequences") else out
+            row.seconds += seconds
+            row.tokens += count_new(row.last, prompt_len, eos_ids)
+            if method.engine:
+                m = out.metrics
+                acc = row.per_iteration.setdefault(it, [0, 0])
+                acc[0] += m.accepted_tokens
+                acc[1] += m.draft_tokens
+                row.metrics = copy.deepcopy(m) if row.metrics is None else row.metrics.merge(m)
+        for name, method in methods.items():
+            if method.engine and greedy and not torch.equal(rows[name].last, rows["target_only"].last):
+                rows[name].mismatched.append([it, b])
+    return rows

@@ -1,0 +1,129 @@
+"""The generate command's report: the dict written to results.json and its printout (one row per method)."""
+from __future__ import annotations
+
+ROW_TITLES = {"optimum_uag": "optimum-uag", "optimum_uag_uag": "optimum-uag UAG",
+              "transformers_assisted": "transformers assisted", "target_only": "target-only"}
+
+
+def row_summary(name: str, row, rows: dict, greedy: bool) -> dict:
+    """tok/s, speedup vs target-only, and for optimum-uag rows tau, acceptance, where the time went."""
+    base = rows["target_only"].tokens_per_s
+    out = {"tokens_per_s": row.tokens_per_s, "speedup_vs_target": row.tokens_per_s / base if base else None}
+    m = row.metrics
+    if m is not None:
+        total = m.seconds
+        out.update(tau=m.tau, acceptance_rate=m.acceptance_rate, target_calls=m.target_calls,
+                   draft_share=(m.draft_seconds + m.translate_seconds) / total if total else 0.0,
+                   translate_share=m.translate_seconds / total if total else 0.0,
+                   verify_share=m.verify_seconds / total if total else 0.0)
+        if greedy:
+            out["outputs_match_target"] = not row.mismatched
+    return out
+
+
+def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
+    """results.json: the main row's numbers at the top level (as before), every row under `rows`."""
+    from .. import distributed
+    from ..quantization import finalize_measurements
+
+    args, notes = setup.args, setup.notes
+    greedy = not args.do_sample
+    main = "optimum_uag" if "optimum_uag" in rows else "target_only"
+    summaries = {name: row_summary(name, row, rows, greedy) for name, row in rows.items()}
+    if "transformers_assisted" in rows:
+        pair = _baseline_pair(rows)
+        theirs = rows["transformers_assisted"].tokens_per_s
+        summaries[pair]["speedup_vs_transformers"] = rows[pair].tokens_per_s / theirs if theirs else None
+    top = summaries[main]
+    report = {
+        "throughput_tokens_per_s": top["tokens_per_s"], "target_only_tokens_per_s": rows["target_only"].tokens_per_s,
+        "speedup_vs_target": top["speedup_vs_target"], "generated_tokens": rows[main].tokens,
+        "world_size": setup.world_size, "prompt_source": source, "notes": notes, "target": setup.target_path,
+        "assistant": setup.drafts["optimum_uag"][2] if "optimum_uag" in setup.drafts else None,
+        "uag_assistant": setup.drafts["optimum_uag_uag"][2] if "optimum_uag_uag" in setup.drafts else None,
+        "device": str(setup.device), "args": vars(args), "rows": summaries,
+        "warmup_seconds": {name: row.warmup_seconds for name, row in rows.items()},
+    }
+    for key in ("tau", "acceptance_rate", "target_calls", "translate_share", "draft_share", "outputs_match_target",
+                "speedup_vs_transformers"):
+        if key in top:
+            report[key] = top[key]
+    if rows[main].metrics is not None:
+        m = rows[main].metrics
+        report["graph_captures"] = {"target": len(m.target_shapes), "assistant": len(m.draft_shapes)}
+        report["acceptance_per_iteration"] = [round(a / d, 6) if d else 0.0 for a, d in
+                                              (rows[main].per_iteration[i] for i in sorted(rows[main].per_iteration))]
+        if greedy:
+            report["mismatched_batches"] = rows[main].mismatched
+    if args.torch_compile:
+        from ..runners.compile import compile_stats
+
+        drafts = [d for d, _, _ in setup.drafts.values() if hasattr(d, "generation_config")]
+        report["compile"] = {"target": compile_stats(setup.model),
+                             "assistant": compile_stats(drafts[0]) if drafts else None,
+                             "note": "seconds of calls that compiled a graph (optimum-uag); the target-only "
+                                     "baseline's compilation is inside its warmup_seconds"}
+    if setup.emulator is not None:
+        report["device"] = "hpu (emulated on CPU)"
+        if args.use_hpu_graphs:  # what the emulator saw, per run (warmup included)
+            report["graph_captures"] = rows[main].captures
+            report["baseline_graph_captures"] = rows["target_only"].captures
+            report["graph_capture_log"] = [[name, shapes] for name, shapes in setup.emulator.capture_log]
+    if finalize_measurements(setup.model):
+        notes.append("FP8 measurement dumped; rerun with QUANT_CONFIG pointing at the matching quantize config")
+    for draft, _, _ in setup.drafts.values():
+        if hasattr(draft, "generation_config") and finalize_measurements(draft):
+            notes.append("assistant FP8 measurement dumped; rerun with --assistant_quant_config pointing at the "
+                         "matching quantize config (e.g. maxabs_quant_assistant.json)")
+    if setup.world_size > 1:  # every rank decoded the same tokens (sharded target, replicated draft, same seed)
+        report["ranks_agree"] = distributed.ranks_agree(rows[main].last)
+        report["assistant_sharded"] = bool(args.shard_assistant)
+    report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in rows[main].last.tolist()]
+    report["sample_text"] = setup.tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
+    return report
+
+
+def _baseline_pair(rows) -> str:
+    """The optimum-uag row that transformers' assisted generation ran the same pair as."""
+    return "optimum_uag_uag" if "optimum_uag_uag" in rows else "optimum_uag"
+
+
+def print_report(report: dict) -> None:
+    print("=" * 78)
+    print(f"target     {report['target']}")
+    print(f"assistant  {report['assistant'] or '(none)'}   device {report['device']}")
+    if report.get("uag_assistant"):
+        print(f"UAG draft  {report['uag_assistant']}")
+    print(f"prompts    {report['prompt_source']}")
+    for note in report["notes"]:
+        print(f"note: {note}")
+    print("-" * 78)
+    print("sample continuation:")
+    print(report["sample_text"][:400])
+    print("-" * 78)
+    print(f"{'row':24s} {'tok/s':>8s} {'vs target':>10s} {'tau':>6s} {'accept':>7s} {'draft share':>12s}")
+    for name, row in report["rows"].items():
+        title = ROW_TITLES.get(name, name)
+        speed = f"{row['speedup_vs_target']:.2f}x" if row.get("speedup_vs_target") is not None else "-"
+        tau = f"{row['tau']:.2f}" if "tau" in row else "-"
+        acc = f"{row['acceptance_rate']:.0%}" if "acceptance_rate" in row else "-"
+        share = f"{row['draft_share']:.0%}" if "draft_share" in row else "-"
+        print(f"{title:24s} {row['tokens_per_s']:8.1f} {speed:>10s} {tau:>6s} {acc:>7s} {share:>12s}")
+    print("-" * 78)
+    if report.get("speedup_vs_target") is not None:
+        print(f"speedup vs target    {report['speedup_vs_target']:8.2f}x  (main row: optimum-uag)")
+    for name, row in report["rows"].items():
+        if "speedup_vs_transformers" in row:
+            print(f"speedup vs transformers assisted generation ({ROW_TITLES.get(name, name)}, same pair) "
+                  f"{row['speedup_vs_transformers']:.2f}x")
+    if "compile" in report:
+        c = report["compile"]
+        graphs = c["target"]["graphs"] + (c["assistant"] or {}).get("graphs", 0)
+        seconds = c["target"]["seconds"] + (c["assistant"] or {}).get("seconds", 0.0)
+        print(f"torch.compile        {graphs} graphs, {seconds:.0f} s compiling (excluded from the rates above; "
+              f"warmup {report['warmup_seconds']})")
+    matches = {ROW_TITLES.get(n, n): r["outputs_match_target"] for n, r in report["rows"].items()
+               if "outputs_match_target" in r}
+    if matches:
+        print("outputs identical to target-only greedy: " + ", ".join(f"{k} {v}" for k, v in matches.items()))
+    print("=" * 78)
