@@ -2,7 +2,6 @@
 from .engine import AssistedGenerateOutput, Metrics, assisted_generate
 from .models import embedded_models, eval_prompts, load_embedded
 from .patch import disable, enable, is_enabled, last_metrics
-from . import gaudi as _gaudi  # noqa: F401,E402 - registers the Gaudi runner plan (imports no habana code)
 
 __version__ = "0.1.0"
 __all__ = [

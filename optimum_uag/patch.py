@@ -49,21 +49,31 @@ def _make_generate(original):
 
 
 def enable() -> None:
-    """Make `model.generate(..., assistant_model=...)` (and prompt lookup) use optimum-uag. Idempotent."""
-    if _ORIGINAL["generate"] is None:
-        _ORIGINAL["generate"] = GenerationMixin.generate
-        GenerationMixin.generate = _make_generate(_ORIGINAL["generate"])
+    """Make `model.generate(..., assistant_model=...)` (and prompt lookup) use optimum-uag. Idempotent, and it
+    holds whatever replaced generate() since (optimum-habana's adapt_transformers_to_gaudi() puts its own back)."""
+    current = GenerationMixin.generate
+    if getattr(current, "_optimum_uag", False):
+        return
+    _ORIGINAL["generate"] = current
+    GenerationMixin.generate = _make_generate(current)
 
 
 def disable() -> None:
-    """Restore transformers' own generate() exactly. Idempotent."""
-    if _ORIGINAL["generate"] is not None:
+    """Restore the generate() optimum-uag wrapped. Idempotent."""
+    if getattr(GenerationMixin.generate, "_optimum_uag", False) and _ORIGINAL["generate"] is not None:
         GenerationMixin.generate = _ORIGINAL["generate"]
-        _ORIGINAL["generate"] = None
+    _ORIGINAL["generate"] = None
 
 
 def is_enabled() -> bool:
-    return _ORIGINAL["generate"] is not None
+    """True when GenerationMixin.generate is optimum-uag's routing right now."""
+    return bool(getattr(GenerationMixin.generate, "_optimum_uag", False))
+
+
+def unwrapped_generate():
+    """The generate() underneath optimum-uag's routing (transformers' or optimum-habana's)."""
+    current = GenerationMixin.generate
+    return _ORIGINAL["generate"] if getattr(current, "_optimum_uag", False) else current
 
 
 def last_metrics():

@@ -16,6 +16,8 @@ import os
 
 import torch
 
+from .registry import model_state
+
 FP8_MODES = ("MEASURE", "QUANTIZE")
 _RTN_KEYS = ("bits", "group_size", "use_sym", "dtype", "group_dim", "use_full_range", "use_mse_search", "quant_lm_head")
 
@@ -69,7 +71,7 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
             import habana_frameworks.torch.core as htcore
 
             htcore.hpu_initialize(model, mark_only_scales_as_const=True)
-        model._optimum_uag_quant = kind
+        model_state(model)["quant"] = kind
         return model
     if kind == "rtn":
         from neural_compressor.torch.quantization import RTNConfig, convert, prepare
@@ -81,13 +83,13 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
         model = convert(prepare(model, rtn))
     else:
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    model._optimum_uag_quant = kind
+    model_state(model)["quant"] = kind
     return model
 
 
 def finalize_measurements(model: torch.nn.Module) -> bool:
     """After an FP8 MEASURE run: dump the statistics (INC finalize_calibration); False (no-op) for other models."""
-    if getattr(model, "_optimum_uag_quant", None) != "fp8-measure":
+    if model_state(model).get("quant") != "fp8-measure":
         return False
     from neural_compressor.torch.quantization import finalize_calibration
 

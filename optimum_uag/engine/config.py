@@ -60,7 +60,8 @@ def _check_neutral(values: dict) -> None:
             raise ValueError(f"{key}={value!r} is not supported by optimum-uag assisted generation; {fix}")
 
 
-def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict) -> AssistedConfig:
+def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict,
+                   ignore_eos: bool = False) -> AssistedConfig:
     """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     kwargs = dict(kwargs)
@@ -71,6 +72,10 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if max_new is not None and (not isinstance(max_new, int) or max_new < 1):
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
     unknown = config.update(**kwargs)
+    gaudi = sorted(set(unknown) & {"lazy_mode", "hpu_graphs"})
+    if gaudi:
+        raise ValueError(f"{', '.join(gaudi)} need(s) an optimum-habana Gaudi model: call optimum_uag.gaudi.enable() "
+                         "before loading the model (on a machine without Gaudi: optimum_uag.testing.hpu_emulator)")
     if unknown:
         raise TypeError(
             f"assisted_generate() got unexpected arguments {sorted(unknown)}; pass generation options such as "
@@ -106,11 +111,13 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if schedule == "confidence" and not 0.0 < threshold < 1.0:
         raise ValueError(f"assistant_confidence_threshold must be in (0, 1), got {threshold}")
 
-    eos = config.eos_token_id
+    eos = None if ignore_eos else config.eos_token_id  # Gaudi runs (optimum-habana's ignore_eos): max_new_tokens
     eos_ids = () if eos is None else tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
     pad = config.pad_token_id
-    if pad is None:
-        pad = eos_ids[0] if eos_ids else 0
+    if pad is None:  # transformers pads with the (first) EOS
+        first = config.eos_token_id
+        first = first[0] if isinstance(first, (list, tuple)) and first else first
+        pad = first if first is not None else 0
     temperature = float(config.temperature) if config.temperature is not None else 1.0
     if config.do_sample and temperature <= 0:
         raise ValueError(f"temperature must be > 0 when do_sample=True, got {temperature}; use do_sample=False for greedy")
@@ -192,7 +199,9 @@ def _refuse_dynamic_activation_quant(model) -> None:
     other tokens share the forward: no speculative method (nor batching) can reproduce the target's own output."""
     dynamic = getattr(torch.ao.nn.quantized, "dynamic", None)
     kinds = tuple(k for k in (getattr(dynamic, "Linear", None),) if k is not None)
-    if getattr(model, "_optimum_uag_quant", None) == "dynamic-int8" or (
+    from ..registry import model_state
+
+    if model_state(model).get("quant") == "dynamic-int8" or (
             kinds and any(isinstance(m, kinds) for m in model.modules())):
         raise ValueError(
             "the target uses dynamic int8 quantization (activation scales computed per forward), so its output "

@@ -81,11 +81,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     torch_compile = kwargs.pop("torch_compile", False)
     assistant_model = resolve_assistant(assistant_model)
     plan = plan_for(model, kwargs, generation_config)  # pops the backend's own knobs (Gaudi: lazy_mode, ...)
-    cfg = resolve_config(model, assistant_model, generation_config, kwargs)
+    cfg = resolve_config(model, assistant_model, generation_config, kwargs, ignore_eos=plan.ignore_eos)
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
-    if plan.ignore_eos:
-        cfg.eos_token_ids = ()
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
         input_ids = input_ids.repeat_interleave(cfg.num_return_sequences, 0)

@@ -7,8 +7,6 @@ from .runner import GaudiModelRunner, cache_mechanism
 
 def adapt() -> None:
     """Run optimum-habana's adapt_transformers_to_gaudi() once (Gaudi model classes, GaudiGenerationMixin)."""
-    import transformers
-
     from .device import available
 
     if not available():
@@ -21,9 +19,7 @@ def adapt() -> None:
 
     from .. import patch
 
-    generate = transformers.generation.GenerationMixin.generate
-    original = patch._ORIGINAL["generate"]
-    if generate is GaudiGenerationMixin.generate or original is GaudiGenerationMixin.generate:
+    if patch.unwrapped_generate() is GaudiGenerationMixin.generate:
         return
     was_enabled = patch.is_enabled()
     patch.disable()
@@ -35,8 +31,11 @@ def adapt() -> None:
 def enable() -> None:
     """adapt_transformers_to_gaudi() (if not done yet), then route generate(assistant_model=...) to optimum-uag."""
     from .. import patch
+    from ..runners import register_plan_hook
+    from .runner import gaudi_plan
 
     adapt()
+    register_plan_hook(gaudi_plan)  # the engine asks registered backends first; it never imports this package
     patch.enable()
 
 

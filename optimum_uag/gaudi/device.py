@@ -20,17 +20,21 @@ def mark_step() -> None:
 
 def graph_wrapped(model):
     """`model` with its forward captured in HPU graphs (one capture per input shape); wrapped once."""
-    if getattr(model, "_optimum_uag_hpu_graph", False):
+    from ..registry import model_state
+
+    if is_graph_wrapped(model):  # habana's wrapper has no such guard: a second wrap nests a capture in a capture
         return model
     hpu = importlib.import_module("habana_frameworks.torch.hpu")
     wrapped = hpu.wrap_in_hpu_graph(model)
-    wrapped._optimum_uag_hpu_graph = True
+    model_state(wrapped)["hpu_graph"] = True
     return wrapped
 
 
 def is_graph_wrapped(model) -> bool:
     """True when habana's wrap_in_hpu_graph wrapped this module (it sets clear_cache on the instance)."""
-    return "clear_cache" in getattr(model, "__dict__", {}) or bool(getattr(model, "_optimum_uag_hpu_graph", False))
+    from ..registry import model_state
+
+    return "clear_cache" in getattr(model, "__dict__", {}) or bool(model_state(model).get("hpu_graph"))
 
 
 def is_gaudi_model(model) -> bool:

@@ -2,32 +2,25 @@
 from __future__ import annotations
 
 import functools
-import inspect
 
 import torch
 
-from ..runners import RunnerPlan, local_config, register_plan_hook
+from ..registry import model_state
+from ..runners import RunnerPlan, local_config
+from ..runners.common import PROMPT_BUCKET, accepts
 from ..runners.registry import make_runner as default_runner
 from . import device as hpu
 
 
-PROMPT_BUCKET = 16  # prompt (prefill) blocks are left-extended to a multiple of this: bounded prefill graphs
 
 
 def cache_mechanism(model) -> str | None:
     """How a model can keep a static KV cache on Gaudi: "reuse_cache", "token_idx", or None (plain model)."""
-    if hasattr(model, "allocate_kv_cache") and _accepts(model, "reuse_cache"):
+    if hasattr(model, "allocate_kv_cache") and accepts(model, "reuse_cache"):
         return "reuse_cache"
-    if _accepts(model, "token_idx"):
+    if accepts(model, "token_idx"):
         return "token_idx"
     return None
-
-
-def _accepts(model, name: str) -> bool:
-    try:
-        return name in inspect.signature(type(model).forward).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
@@ -51,7 +44,7 @@ def _pool(model) -> dict:
     """Cache tensors this model's runners allocated, per (mechanism, batch, columns, dtype), kept across calls:
     an HPU graph captured in one call reads the tensors that existed at capture, so a later call of the same
     shape must use those very tensors, never a reallocated copy."""
-    return model.__dict__.setdefault("_optimum_uag_kv_pool", {})
+    return model_state(model).setdefault("kv_pool", {})
 
 
 def final_norm(model):
@@ -375,5 +368,3 @@ def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None
     return RunnerPlan(make_runner=functools.partial(make_runner, options=options), static_verify=True,
                       ignore_eos=options.ignore_eos)
 
-
-register_plan_hook(gaudi_plan)

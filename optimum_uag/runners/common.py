@@ -6,6 +6,8 @@ from functools import lru_cache
 
 import torch
 
+PROMPT_BUCKET = 16  # prompt blocks of static-shape backends (and UAG draft prompts) round up to this
+
 
 @lru_cache(maxsize=None)
 def _params(cls) -> frozenset:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..registry import model_state
+
 
 @dataclass
 class CompileOptions:
@@ -50,6 +52,25 @@ class CompileOptions:
             raise TypeError("torch_compile must be True, a torch.compile mode string, or a dict of options")
         return opts
 
+    def compile_kwargs(self) -> dict:
+        """torch.compile's arguments. `freezing` travels in `options` (inductor reads it per compilation), so no
+        process-wide inductor switch stays on; a mode is then spelled as its options (compile takes one or the other)."""
+        kwargs = dict(backend=self.backend, dynamic=self.dynamic, fullgraph=False)
+        options = dict(self.options or {})
+        mode = self.mode
+        if self.freezing and self.backend == "inductor":
+            options["freezing"] = True
+            if mode == "max-autotune":
+                options["max_autotune"] = True
+            elif mode == "reduce-overhead":
+                options["triton.cudagraphs"] = True
+            mode = None
+        if mode:
+            kwargs["mode"] = mode
+        if options:
+            kwargs["options"] = options
+        return kwargs
+
     def key(self) -> tuple:
         return (self.backend, self.mode, tuple(sorted((self.options or {}).items())), self.freezing, self.dynamic)
 
@@ -65,19 +86,10 @@ class CompileStats:
 
 def compiled_forward(model, opts: CompileOptions):
     """model.forward compiled with `opts`, cached on the model so that later generate calls reuse its graphs."""
-    cache = model.__dict__.setdefault("_optimum_uag_compiled", {})
+    cache = model_state(model).setdefault("compiled", {})
     key = opts.key()
     if key not in cache:
-        if opts.freezing:
-            import torch._inductor.config as inductor_config
-
-            inductor_config.freezing = True
-        kwargs = dict(backend=opts.backend, dynamic=opts.dynamic, fullgraph=False)
-        if opts.mode:
-            kwargs["mode"] = opts.mode
-        if opts.options:
-            kwargs["options"] = opts.options
-        cache[key] = (torch.compile(model.forward, **kwargs), CompileStats())
+        cache[key] = (torch.compile(model.forward, **opts.compile_kwargs()), CompileStats())
     return cache[key]
 
 
@@ -120,7 +132,7 @@ def compiling_factory(base_factory, opts: CompileOptions):
 
 def compile_stats(model) -> dict:
     """{graphs, seconds} summed over the compiled forwards cached on this model."""
-    stats = [s for _, s in model.__dict__.get("_optimum_uag_compiled", {}).values()]
+    stats = [s for _, s in model_state(model).get("compiled", {}).values()]
     return {"graphs": sum(s.graphs for s in stats), "seconds": sum(s.seconds for s in stats)}
 
 
@@ -129,12 +141,8 @@ def transformers_compile_config(device: torch.device, user=True):
     cache, valid on every device (transformers auto-compiles only on CUDA unless told otherwise)."""
     from transformers import CompileConfig
 
-    opts = CompileOptions.for_device(device, user)
-    if opts.freezing:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.freezing = True
-    config = CompileConfig(fullgraph=False, dynamic=opts.dynamic, backend=opts.backend, mode=opts.mode,
-                           options=opts.options)
+    kwargs = CompileOptions.for_device(device, user).compile_kwargs()
+    config = CompileConfig(fullgraph=False, dynamic=kwargs["dynamic"], backend=kwargs["backend"],
+                           mode=kwargs.get("mode"), options=kwargs.get("options"))
     config._compile_all_devices = True
     return config

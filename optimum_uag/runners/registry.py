@@ -7,6 +7,7 @@ from typing import Callable
 
 import torch
 
+from ..registry import model_state
 from .common import accepts, local_attention_sizes
 from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
 from .static import StaticCacheRunner
@@ -14,7 +15,6 @@ from .static import StaticCacheRunner
 # In order of preference: fixed shapes first, then the model's own cache, then one row (and token) at a time.
 RUNNERS = {"static": StaticCacheRunner, "dynamic": OwnCacheRunner, "per_row": PerRowRunner,
            "stepwise": StepwiseRunner}
-_ATTR = "_optimum_uag_runner"
 
 
 def _tolerance(dtype: torch.dtype) -> float:
@@ -100,7 +100,7 @@ def select_runner(model, strict: bool = True) -> str:
 
     strict=False (a draft): when none matches (a draft quantized with dynamic activation scales, a test
     double), the first that runs. Raises ValueError naming the model class when nothing fits."""
-    cached = model.__dict__.get(_ATTR)
+    cached = model_state(model).get("runner")
     if cached is not None and (cached[1] or not strict):
         return cached[0]
     config = getattr(model, "config", None)
@@ -113,12 +113,12 @@ def select_runner(model, strict: bool = True) -> str:
         for kind, cls in RUNNERS.items():
             failures[kind] = _probe(model, cls)
             if failures[kind] is None:
-                model.__dict__[_ATTR] = (kind, True)
+                model_state(model)["runner"] = (kind, True)
                 return kind
             if runs is None and failures[kind].startswith(("logits differ", "reference")):
                 runs = kind  # it ran; only its numbers disagree
     if not strict and runs is not None:
-        model.__dict__[_ATTR] = (runs, False)
+        model_state(model)["runner"] = (runs, False)
         return runs
     detail = "; ".join(f"{kind}: {why}" for kind, why in failures.items())
     raise ValueError(
@@ -130,7 +130,7 @@ def select_runner(model, strict: bool = True) -> str:
 
 def runner_kind(model) -> str | None:
     """The runner kind chosen for `model` so far (None before its first assisted call)."""
-    cached = model.__dict__.get(_ATTR)
+    cached = model_state(model).get("runner")
     return cached[0] if cached else None
 
 

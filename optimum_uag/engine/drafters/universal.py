@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from ...runners.common import PROMPT_BUCKET
 from ...runners.registry import make_runner
 from ..sampling import TokenSampler, output_vocab_size
 from ..state import DecodingState, Proposal
@@ -20,7 +21,6 @@ from .base import Drafter, DraftStats, draft_loop
 from .translation import REPLACEMENT, TextBridge, common_prefix_len, vocabulary_intersection, warn_once
 
 WINDOW = 6  # tokens of committed context used when decoding/re-encoding (constant cost per round)
-PROMPT_BUCKET = 16  # draft prompt lengths are rounded up to this (static shapes)
 MIN_INTERSECTION = 0.05  # below this share of the smaller vocabulary, TLI cannot propose much
 
 

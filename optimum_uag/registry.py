@@ -1,0 +1,20 @@
+"""State optimum-uag keeps per user object (runner choice, compiled steps, KV pools, HPU-graph marks,
+quantization kind), off the user's objects: one weak-keyed registry, freed with the object."""
+from __future__ import annotations
+
+import weakref
+
+_STATE: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
+def model_state(obj) -> dict:
+    """The dict optimum-uag keeps for `obj` (a model, a tokenizer); created on first use, dropped with `obj`."""
+    state = _STATE.get(obj)
+    if state is None:
+        state = _STATE[obj] = {}
+    return state
+
+
+def forget(obj) -> None:
+    """Drop everything kept for `obj` (pooled KV caches, compiled graphs, the runner choice)."""
+    _STATE.pop(obj, None)
