@@ -18,3 +18,13 @@ def model_state(obj) -> dict:
 def forget(obj) -> None:
     """Drop everything kept for `obj` (pooled KV caches, compiled graphs, the runner choice)."""
     _STATE.pop(obj, None)
+
+
+def cached_for_pair(a, b, key: str, compute):
+    """compute() once per (a, b) pair of objects (tokenizers), kept weakly: dropped when either is."""
+    per_a = model_state(a).setdefault(key, weakref.WeakKeyDictionary())
+    try:
+        return per_a[b]
+    except KeyError:
+        value = per_a[b] = compute()
+        return value

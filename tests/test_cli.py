@@ -218,3 +218,46 @@ def test_tune_bad_grid(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "optimum_uag.cli", "tune", "--num_assistant_tokens", "3,x"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_train_draft_then_generate_with_the_head(tmp_path):
+    """optimum-uag train-draft on a little text makes a head directory that --assistant_model takes (exact output),
+    next to a UAG row (--uag_assistant_model) in the same side-by-side run."""
+    from optimum_uag import embedded_models, eval_prompts
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": p * 3}) for p in eval_prompts()))
+    head = tmp_path / "head"
+    proc = subprocess.run([sys.executable, "-m", "optimum_uag.cli", "train-draft", "--model_name_or_path", "target",
+                           "--dataset_name", str(data), "--output_dir", str(head), "--max_minutes", "0.3",
+                           "--draft_vocab_size", "256", "--window", "32", "--seq_len", "64", "--batch_size", "4"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = json.loads((head / "config.json").read_text())
+    assert config["optimum_uag_head"] == "eagle" and config["draft_vocab_size"] == 256
+    assert (head / "model.safetensors").is_file() and (head / "training_log.json").is_file()
+    proc = run(["--assistant_model", str(head), "--uag_assistant_model", embedded_models()["assistant"],
+                "--max_new_tokens", "12", "--output_dir", str(tmp_path / "out")], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(res["rows"]) >= {"target_only", "optimum_uag", "optimum_uag_uag", "transformers_assisted"}
+    assert res["rows"]["optimum_uag"]["outputs_match_target"] and res["rows"]["optimum_uag_uag"]["outputs_match_target"]
+    assert "speedup_vs_transformers" in res["rows"]["optimum_uag_uag"]
+    assert "optimum-uag UAG" in proc.stdout
+
+
+def test_head_of_another_target_is_one_line(tmp_path):
+    """A head trained for another target: one error line naming the fix, no traceback."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from optimum_uag.engine.drafters.feature_head import save_feature_head
+    from optimum_uag.training.feature import head_config, init_head
+
+    other = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2))
+    save_feature_head(init_head(other, head_config(other, None, "some-other-model"), None), tmp_path / "h",
+                      dtype=torch.float32)
+    proc = run(["--assistant_model", str(tmp_path / "h"), "--max_new_tokens", "4"], tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+    assert "trained for some-other-model" in proc.stderr

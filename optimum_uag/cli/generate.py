@@ -85,6 +85,7 @@ def load_models(args, notes: list) -> Setup:
         setup.drafts["optimum_uag"] = _load_draft(args, args.assistant_model, load_device, dtype)
     if not args.no_assistant and args.uag_assistant_model:
         setup.drafts["optimum_uag_uag"] = _load_draft(args, args.uag_assistant_model, load_device, dtype)
+    _check_heads(setup)
     if ws > 1:
         _shard(setup, dtype)
     setup.model = maybe_quantize(setup.model, quant_config, "QUANT_CONFIG")
@@ -93,6 +94,19 @@ def load_models(args, notes: list) -> Setup:
             setup.drafts[name] = (maybe_quantize(draft, args.assistant_quant_config, "--assistant_quant_config"),
                                   tok, path)
     return setup
+
+
+def _check_heads(setup: Setup) -> None:
+    """A feature head trained for another target: one line naming the fix, before anything runs."""
+    from ..engine.drafters import FeatureHead
+    from ..engine.drafters.feature import check_head_matches
+
+    for draft, _, path in setup.drafts.values():
+        if isinstance(draft, FeatureHead):
+            try:
+                check_head_matches(draft, setup.model)
+            except ValueError as exc:
+                fail(f"--assistant_model {path}: {exc}")
 
 
 def _load_draft(args, path, device, dtype):

@@ -4,9 +4,10 @@ from importlib import resources
 from .smollm2 import SmolLM2Unavailable, cache_root, smollm2, smollm2_available, smollm2_path
 
 _NAMES = ("target", "assistant", "assistant_same_tokenizer")
-# Drafts distilled from SmolLM2-135M-Instruct (examples/distill_smollm2.py): the first shares its tokenizer,
-# the second has its own (for Universal Assisted Generation).
-_SMOLLM2_DRAFTS = ("smollm2_assistant", "smollm2_assistant_cross")
+# Drafts for SmolLM2-135M-Instruct: two distilled models (examples/distill_smollm2.py; the first shares its
+# tokenizer, the second has its own, for Universal Assisted Generation) and a feature head over its hidden states
+# (optimum-uag train-draft; docs/models.md).
+_SMOLLM2_DRAFTS = ("smollm2_assistant", "smollm2_assistant_cross", "smollm2_head")
 
 
 def embedded_models() -> dict[str, str]:

@@ -132,3 +132,39 @@ def heldout_chat_prompts() -> list[str]:
         out += [g[i] for g in groups if i < len(g)]
         i += 1
     return out
+
+
+_SNIPPETS = [
+    "def average(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(value)\n",
+    "def find_max(items):\n    best = items[0]\n    for item in items:\n        if item > best\n            best = item\n    return best\n",
+    "def count_words(text):\n    counts = {}\n    for word in text.split():\n        counts[word] = counts.get(word, 0) + 1\n    return counts\n",
+    "def is_even(n):\n    if n % 2 == 0:\n        return True\n    else:\n        return False\n",
+]
+_PARAGRAPHS = [
+    "Yesterday me and my friend goes to the market for buying some vegetable. The weather were very nice and we "
+    "was walking slowly. When we arrived, the shop have already closed, so we decide to drink a coffee instead.",
+    "The meeting is schedule for monday at 10 am in the main office. Please bring you laptop and the report that "
+    "we discussed last week, because the manager want to review it before the end of the month.",
+    "On March 3, 2021 the company opened its first store in Lisbon. A second store followed on July 15, 2022 in "
+    "Porto, and on January 9, 2024 the company announced plans for a store in Madrid.",
+]
+
+
+def grounded_chat_prompts() -> list[str]:
+    """12 input-grounded requests (fix / rewrite / annotate / extract text the user gives): where an answer
+    repeats much of its input, so n-gram prompt lookup drafts well. Held out: none is in the training pool."""
+    code, prose = _SNIPPETS, _PARAGRAPHS
+    return [
+        f"Fix the bug in this Python function and return the corrected code:\n\n{code[0]}",
+        f"Fix the syntax error in this Python code:\n\n{code[1]}",
+        f"Add type hints and a docstring to this Python function:\n\n{code[2]}",
+        f"Add a comment to every line of this Python function:\n\n{code[3]}",
+        f"Correct the grammar of this paragraph:\n\n{prose[0]}",
+        f"Correct the spelling and grammar mistakes in this text:\n\n{prose[1]}",
+        f"Extract all the dates from this text as a list:\n\n{prose[2]}",
+        f"Rewrite this Python function to use a list comprehension or built-ins where possible:\n\n{code[2]}",
+        f"Rewrite this paragraph in the past tense, changing nothing else:\n\n{prose[1]}",
+        f"Rename the variables in this function to more descriptive names:\n\n{code[0]}",
+        f"Convert this Python function to JavaScript:\n\n{code[3]}",
+        f"Put this text into a bulleted list, one sentence per bullet:\n\n{prose[2]}",
+    ]

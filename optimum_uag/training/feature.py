@@ -153,9 +153,10 @@ def init_head(model, config: dict, vocab_ids: torch.Tensor | None) -> FeatureHea
             own = head.layers[0].state_dict()
             theirs = {k: v for k, v in last.state_dict().items() if k in own and own[k].shape == v.shape}
             head.layers[0].load_state_dict(theirs, strict=False)
-            for name in ("o_proj", "down_proj"):  # the residual path starts near identity
-                module = head.attn.o_proj if name == "o_proj" else head.layers[0].mlp.down_proj
-                module.weight.mul_(0.1)
+            # the residual branches start silent (the last layer's outputs are sized for the target's un-normed
+            # residual stream, far larger than the normed features the head reads): h = fc(...) = f_t at first
+            head.attn.o_proj.weight.normal_(0, 1e-3)
+            head.layers[0].mlp.down_proj.weight.normal_(0, 1e-3)
         if head.lm_head is not None:
             weight = model.get_output_embeddings().weight.detach().float().cpu()
             head.lm_head.weight.copy_(weight[vocab_ids])
@@ -207,6 +208,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     if vocab_ids is not None:
         t2d = torch.full((vocab_size,), -1, dtype=torch.long)
         t2d[vocab_ids] = torch.arange(len(vocab_ids))
+    scale = feature_scale(records)  # the smooth-L1 regression on features measured in units of their RMS
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     tokens_per_seq = [len(r["ids"]) for r in records]
@@ -219,8 +221,8 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
         for group in opt.param_groups:  # warm-up, then cosine to 10%
             group["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         picks = [(r, rng.randrange(0, weights[r] + 1)) for r in rng.choices(range(len(records)), weights, k=batch_size)]
-        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu"), steps, noise,
-                            reg_weight, ce_weight)
+        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu"), steps, noise * scale,
+                            reg_weight, ce_weight, scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -236,13 +238,20 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
               "heldout_sequences": len(held), "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
+              "feature_rms": scale,
               "heldout": evaluation, "history": history[-20:]}
     Path(output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     log(f"[train] done: {step} steps; held-out agreement with the target per drafting step {evaluation['top1']}")
     return result
 
 
-def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight):
+def feature_scale(records: list[dict], n: int = 64) -> float:
+    """RMS of the target's features over the first n sequences."""
+    sample = torch.cat([r["features"].float() for r in records[:n]])
+    return float(sample.pow(2).mean().sqrt())
+
+
+def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: float = 1.0):
     feats, toks, top_v, top_i = batch  # feats: f_start .. f_{start+length+steps-1}
     with torch.no_grad():
         embeds = embed(toks).float()
@@ -266,7 +275,7 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight):
         ce = -(lq[..., 0] * inside[..., 0]).mean()
         weight = 0.8 ** s
         total = total + weight * (kl + ce_weight * ce)
-        total = total + weight * reg_weight * F.smooth_l1_loss(h, feats[:, s + 1 : s + 1 + length])
+        total = total + weight * reg_weight * F.smooth_l1_loss(h / scale, feats[:, s + 1 : s + 1 + length] / scale)
         with torch.no_grad():
             pred = logits.argmax(-1)
             pred = pred if t2d is None else (pred + head.d2t[pred])
@@ -274,7 +283,7 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight):
         if s == 0:
             stats["top1_step1"] = agree
         stats["top1_last"] = agree
-    stats["loss"] = float(total)
+    stats["loss"] = float(total.detach())
     return total, stats
 
 

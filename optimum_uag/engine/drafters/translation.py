@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from functools import lru_cache
-
 import torch
 
 REPLACEMENT = "\ufffd"
@@ -29,10 +27,15 @@ def _pipeline(tokenizer) -> tuple:
 
 
 def same_vocabulary(tokenizer, assistant_tokenizer) -> bool:
-    """True when both tokenizers map text to the same ids (same vocabulary and normalization), whatever their size."""
+    """True when both tokenizers map text to the same ids (same vocabulary and normalization), whatever their size.
+    Computed once per pair (a 256k vocabulary costs ~0.1 s to compare) and kept weakly."""
     if tokenizer is assistant_tokenizer:
         return True
-    return tokenizer.get_vocab() == assistant_tokenizer.get_vocab() and _pipeline(tokenizer) == _pipeline(assistant_tokenizer)
+    from ...registry import cached_for_pair
+
+    return cached_for_pair(tokenizer, assistant_tokenizer, "same_vocabulary", lambda: (
+        len(tokenizer) == len(assistant_tokenizer) and tokenizer.get_vocab() == assistant_tokenizer.get_vocab()
+        and _pipeline(tokenizer) == _pipeline(assistant_tokenizer)))
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -137,14 +140,12 @@ class VocabularyIntersection:
         return self
 
 
-@lru_cache(maxsize=16)
-def _intersection_cached(tokenizer, assistant_tokenizer, draft_vocab_size: int) -> VocabularyIntersection:
-    return VocabularyIntersection(tokenizer, assistant_tokenizer, draft_vocab_size)
-
-
 def vocabulary_intersection(tokenizer, assistant_tokenizer, draft_vocab_size: int) -> VocabularyIntersection:
-    """Computed once per tokenizer pair and cached (tokenizers hash by identity)."""
-    inter = _intersection_cached(tokenizer, assistant_tokenizer, draft_vocab_size)
+    """Computed once per tokenizer pair and kept weakly (dropped with either tokenizer)."""
+    from ...registry import cached_for_pair
+
+    inter = cached_for_pair(tokenizer, assistant_tokenizer, f"intersection:{draft_vocab_size}",
+                            lambda: VocabularyIntersection(tokenizer, assistant_tokenizer, draft_vocab_size))
     if inter.size == 0:
         raise ValueError(
             "the assistant's vocabulary has no token in common with the target's (no identical byte strings), "
