@@ -68,9 +68,9 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
         fp8 = FP8Config.from_json_file(os.fspath(config_path))
         model = prepare(model, fp8) if kind == "fp8-measure" else convert(model, fp8)
         if getattr(model, "device", None) is not None and model.device.type == "hpu":
-            import habana_frameworks.torch.core as htcore
+            from .gaudi import device as hpu
 
-            htcore.hpu_initialize(model, mark_only_scales_as_const=True)
+            hpu.initialize_fp8(model)
         model_state(model)["quant"] = kind
         return model
     if kind == "rtn":

@@ -275,3 +275,15 @@ def test_gaudi_enable_without_gaudi_names_the_fix():
 
     with pytest.raises(ImportError, match="HPUEmulator"):
         optimum_uag.gaudi.enable()
+
+
+def test_metrics_merge_adds_counters_and_unites_shapes():
+    from optimum_uag.engine.metrics import Metrics
+
+    a, b = Metrics(), Metrics()
+    a.observe(drafted=4, accepted=3, generated=4, active=1, draft_s=0.1, verify_s=0.2, other_s=0.0)
+    b.observe(drafted=2, accepted=0, generated=1, active=1, draft_s=0.1, verify_s=0.2, other_s=0.0)
+    a.target_shapes, b.target_shapes = [(1, 5)], [(1, 5), (1, 9)]
+    total = a.merge(b)
+    assert (total.target_calls, total.draft_tokens, total.accepted_tokens, total.generated_tokens) == (2, 6, 3, 5)
+    assert total.tau == 2.5 and total.acceptance_rate == 0.5 and total.target_shapes == [(1, 5), (1, 9)]

@@ -212,3 +212,12 @@ def test_reference_head_proposes_the_same_tokens(target, prompts, tmp_path, eagl
     state.round = 1
     got = drafter.propose(state, k).tokens[0].tolist()
     assert got == want
+
+
+def test_prompt_lookup_then_uag_draft_matches_target(embedded, prompts):
+    """Lookup rounds between UAG rounds: the cross-tokenizer draft re-syncs from the committed text."""
+    (model, tok), (draft, dtok) = embedded["target"], embedded["assistant"]
+    ids, mask = batch(tok, [p * 2 for p in prompts[:2]])
+    out = assisted_generate(model, draft, ids, mask, tokenizer=tok, assistant_tokenizer=dtok, max_new_tokens=32,
+                            num_assistant_tokens=4, prompt_lookup_num_tokens=6)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))

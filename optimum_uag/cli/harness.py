@@ -14,9 +14,9 @@ def device_sync(device):
     import torch
 
     if device.type == "hpu":
-        import habana_frameworks.torch.hpu as torch_hpu
+        from ..gaudi import device as hpu
 
-        return torch_hpu.synchronize
+        return hpu.synchronize
     if device.type == "cuda":
         return torch.cuda.synchronize
     return lambda: None

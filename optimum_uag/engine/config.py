@@ -45,6 +45,13 @@ class AssistedConfig:
     stop_strings: tuple = ()
     generation_config: GenerationConfig | None = None  # the merged config (for transformers' logits processors)
 
+    @property
+    def max_draft_tokens(self) -> int:
+        """The most candidates one round can propose: K (constant schedule), else the schedule's cap; prompt
+        lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
+        k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
+        return max(k, self.prompt_lookup_num_tokens or 0)
+
 
 def _check_neutral(values: dict) -> None:
     """Refuse generation options whose effect the engine does not reproduce."""
@@ -91,18 +98,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if not isinstance(max_new, int) or max_new < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
 
-    k = explicit.get("num_assistant_tokens")
-    if k is None and generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS:
-        k = generation_config.num_assistant_tokens
-    if k is None and assistant_model is not None:
-        own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens",
-                      _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
-        k = own if own != _HF_DEFAULT_NUM_ASSISTANT_TOKENS else None
     lookup = config.prompt_lookup_num_tokens
-    if k is None:
-        k = lookup if (assistant_model is None and lookup) else DEFAULT_NUM_ASSISTANT_TOKENS
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"num_assistant_tokens must be an integer >= 1, got {k!r}")
+    k = _num_assistant_tokens(explicit, generation_config, assistant_model, lookup)
 
     schedule = config.num_assistant_tokens_schedule or "constant"
     if schedule not in SCHEDULES:
@@ -151,6 +148,23 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         stop_strings=stop,
         generation_config=config,
     )
+
+
+def _num_assistant_tokens(explicit: dict, generation_config, assistant_model, lookup) -> int:
+    """K: the call's argument, else a non-default one of the given generation_config, else the assistant's own,
+    else the prompt-lookup length (lookup alone), else DEFAULT_NUM_ASSISTANT_TOKENS."""
+    k = explicit.get("num_assistant_tokens")
+    if k is None and generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS:
+        k = generation_config.num_assistant_tokens
+    if k is None and assistant_model is not None:
+        own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens",
+                      _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
+        k = own if own != _HF_DEFAULT_NUM_ASSISTANT_TOKENS else None
+    if k is None:
+        k = lookup if (assistant_model is None and lookup) else DEFAULT_NUM_ASSISTANT_TOKENS
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"num_assistant_tokens must be an integer >= 1, got {k!r}")
+    return k
 
 
 def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: AssistedConfig):

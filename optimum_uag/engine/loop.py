@@ -119,8 +119,8 @@ class _Call:
         self.model, self.cfg, self.plan, self.runner_factory = model, cfg, plan, runner_factory
         self.input_ids, self.criteria, self.streamer = input_ids, criteria, streamer
         self.pad = (attention_mask == 0).sum(1)
-        self.capacity = input_ids.shape[1] + cfg.max_new_tokens + cfg.max_assistant_tokens + \
-            max(cfg.prompt_lookup_num_tokens or 0, 0) + 2
+        self.capacity = input_ids.shape[1] + cfg.max_new_tokens + max(cfg.max_assistant_tokens,
+                                                                      cfg.max_draft_tokens) + 2
         self.state = DecodingState.create(input_ids, self.pad, self.capacity, cfg.pad_token_id, cfg.max_new_tokens)
         self.warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
         self.sampler = TokenSampler(self.warper, need_confidence=cfg.schedule == "confidence")
@@ -134,8 +134,7 @@ class _Call:
         verifier = Verifier(self.runner_factory(self.model, state.batch_size, self.capacity, self.pad), self.warper,
                             scorer if scorer.needed else None, keep_scores, features=drafter.needs_features)
         kept: list[list] = [[] for _ in range(state.batch_size)]  # per row: (scores, logits) of each new token
-        static_k = None if not self.plan.static_verify else (
-            cfg.num_assistant_tokens if cfg.schedule == "constant" else cfg.max_assistant_tokens)
+        static_k = cfg.max_draft_tokens if self.plan.static_verify else None
         eos_ids = torch.tensor(cfg.eos_token_ids, device=state.tokens.device) if cfg.eos_token_ids else None
         schedule, metrics = Schedule(cfg), Metrics()
         if self.streamer is not None:
@@ -209,8 +208,7 @@ def _compiled_plan(plan, model, torch_compile, cfg):
     from ..runners.compile import CompileOptions, compiling_factory
 
     opts = CompileOptions.for_device(model.device, torch_compile)
-    width = cfg.num_assistant_tokens if cfg.schedule == "constant" else cfg.max_assistant_tokens
-    opts = dataclasses.replace(opts, max_tokens=max(2, width + 1))
+    opts = dataclasses.replace(opts, max_tokens=max(2, cfg.max_draft_tokens + 1))
     return dataclasses.replace(plan, make_runner=compiling_factory(plan.make_runner, opts), static_verify=True)
 
 

@@ -48,3 +48,13 @@ def is_gaudi_model(model) -> bool:
 def set_env() -> None:
     """habana_frameworks.torch.core.hpu_set_env(), before FP8 (INC) models reach the HPU (as optimum-habana)."""
     importlib.import_module("habana_frameworks.torch.core").hpu_set_env()
+
+
+def synchronize() -> None:
+    """Wait for the HPU's queued work (habana_frameworks.torch.hpu.synchronize)."""
+    importlib.import_module("habana_frameworks.torch.hpu").synchronize()
+
+
+def initialize_fp8(model) -> None:
+    """habana_frameworks.torch.core.hpu_initialize(model, mark_only_scales_as_const=True), after INC's convert."""
+    importlib.import_module("habana_frameworks.torch.core").hpu_initialize(model, mark_only_scales_as_const=True)

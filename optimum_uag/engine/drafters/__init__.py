@@ -42,8 +42,7 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                              "prompt_lookup_num_tokens=... (n-gram drafting)")
         return PromptLookupDrafter(cfg.max_matching_ngram_size)
     if isinstance(assistant_model, FeatureHead):
-        k = cfg.num_assistant_tokens if cfg.schedule == "constant" else cfg.max_assistant_tokens
-        width = max(k, cfg.prompt_lookup_num_tokens or 0) + 1  # new true pairs per round, at most
+        width = cfg.max_draft_tokens + 1  # new true pairs per round, at most
         drafter = FeatureDrafter(assistant_model, model, state, capacity, vocab_size, sampler, threshold, width,
                                  processors)
     elif tokenizer is None and assistant_tokenizer is not None:
