@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top_k", type=int, default=0)
     p.add_argument("--top_p", type=float, default=1.0)
-    p.add_argument("--num_assistant_tokens", type=int, default=5)
+    p.add_argument("--num_assistant_tokens", type=int, default=None,
+                   help="K, draft tokens per round (default: 3 for a feature head, else 5)")
     p.add_argument("--num_assistant_tokens_schedule", choices=["constant", "heuristic", "confidence"], default="constant")
     p.add_argument("--assistant_confidence_threshold", type=float, default=0.4)
     add_prompt_flags(p)

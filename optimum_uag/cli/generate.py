@@ -210,8 +210,7 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
     if setup.gaudi_kwargs:  # optimum-habana's run_generation.py: its generation config, every upstream flag applied
         baseline_kwargs["generation_config"] = setup.baseline_config
     methods = {"target_only": Method(lambda enc: model.generate(**enc, **gen_kwargs, **baseline_kwargs))}
-    engine = dict(num_assistant_tokens=args.num_assistant_tokens,
-                  num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
+    engine = dict(num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
                   assistant_confidence_threshold=args.assistant_confidence_threshold, **setup.gaudi_kwargs)
     if args.prompt_lookup_num_tokens:
         engine["prompt_lookup_num_tokens"] = args.prompt_lookup_num_tokens
@@ -221,8 +220,11 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
     def ours(draft, draft_tok, extra):
         cross = draft_tok is not None and not _same(tokenizer, draft_tok)
         pair = dict(tokenizer=tokenizer, assistant_tokenizer=draft_tok if cross else None)
+        if args.num_assistant_tokens is not None:
+            extra = dict(extra, num_assistant_tokens=args.num_assistant_tokens)
+        options = {**engine, **extra}
         return Method(lambda enc: assisted_generate(model, draft, enc["input_ids"], enc["attention_mask"], **pair,
-                                                    **gen_kwargs, **engine, **extra), engine=True)
+                                                    **gen_kwargs, **options), engine=True)
 
     if not setup.drafts and args.prompt_lookup_num_tokens:
         methods["optimum_uag"] = ours(None, None, {})
@@ -247,7 +249,7 @@ def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) ->
     if args.batch_size > 1:
         setup.notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
         return
-    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens)
+    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens or 5)
     if draft_tok is not None and not _same(setup.tokenizer, draft_tok):
         kw.update(tokenizer=setup.tokenizer, assistant_tokenizer=draft_tok)
 

@@ -9,6 +9,8 @@ from transformers import GenerationConfig
 
 SCHEDULES = ("constant", "heuristic", "confidence")
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
+HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's default K (measured on SmolLM2: 3 > 4 > 5)
+HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
 # transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
 _HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
 # Knobs whose effect this engine does not reproduce: refused unless left at their neutral value. (Logits
@@ -99,6 +101,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
 
     lookup = config.prompt_lookup_num_tokens
+    if lookup is None and _is_feature_head(assistant_model):
+        lookup = HEAD_LOOKUP_TOKENS  # measured: n-grams first helps a feature head (docs/benchmarks.md); 0 turns it off
     k = _num_assistant_tokens(explicit, generation_config, assistant_model, lookup)
 
     schedule = config.num_assistant_tokens_schedule or "constant"
@@ -150,6 +154,12 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     )
 
 
+def _is_feature_head(assistant_model) -> bool:
+    from .drafters.feature_head import FeatureHead
+
+    return isinstance(assistant_model, FeatureHead)
+
+
 def _num_assistant_tokens(explicit: dict, generation_config, assistant_model, lookup) -> int:
     """K: the call's argument, else a non-default one of the given generation_config, else the assistant's own,
     else the prompt-lookup length (lookup alone), else DEFAULT_NUM_ASSISTANT_TOKENS."""
@@ -160,6 +170,8 @@ def _num_assistant_tokens(explicit: dict, generation_config, assistant_model, lo
         own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens",
                       _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
         k = own if own != _HF_DEFAULT_NUM_ASSISTANT_TOKENS else None
+    if k is None and _is_feature_head(assistant_model):
+        k = HEAD_NUM_ASSISTANT_TOKENS
     if k is None:
         k = lookup if (assistant_model is None and lookup) else DEFAULT_NUM_ASSISTANT_TOKENS
     if not isinstance(k, int) or k < 1:
