@@ -15,7 +15,7 @@ from optimum_uag.engine.drafters.translation import same_vocabulary
 def test_paths_exist_and_load_offline(embedded):
     paths = embedded_models()
     assert set(paths) == {"target", "assistant", "assistant_same_tokenizer", "smollm2_assistant",
-                          "smollm2_assistant_cross"}
+                          "smollm2_assistant_cross", "smollm2_head"}
     for name, path in paths.items():
         assert (Path(path) / "config.json").is_file()
     assert os.environ["HF_HUB_OFFLINE"] == "1"
@@ -74,8 +74,10 @@ def test_package_data_installed(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--quiet",
                     "--target", str(target), str(repo)], check=True, cwd=tmp_path)
     code = ("import json, optimum_uag; from transformers import AutoModelForCausalLM, AutoTokenizer; "
+            "from optimum_uag.engine.drafters import is_feature_head, load_feature_head; "
             "p = optimum_uag.embedded_models(); "
-            "[AutoModelForCausalLM.from_pretrained(v) and AutoTokenizer.from_pretrained(v) for v in p.values()]; "
+            "[load_feature_head(v) if is_feature_head(v) else "
+            "(AutoModelForCausalLM.from_pretrained(v) and AutoTokenizer.from_pretrained(v)) for v in p.values()]; "
             "print(json.dumps(p))")
     env = dict(os.environ, PYTHONPATH=str(target), HF_HUB_OFFLINE="1")
     out = subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -221,3 +221,41 @@ def test_prompt_lookup_then_uag_draft_matches_target(embedded, prompts):
     out = assisted_generate(model, draft, ids, mask, tokenizer=tok, assistant_tokenizer=dtok, max_new_tokens=32,
                             num_assistant_tokens=4, prompt_lookup_num_tokens=6)
     assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "per_row"])
+def test_other_runners(target, prompts, kind):
+    """The model's-own-cache runner returns features too (exact); the per-row fallback refuses by name."""
+    from optimum_uag.engine.drafters.feature_head import FeatureHead  # noqa: F401
+    from optimum_uag.registry import model_state
+    from optimum_uag.runners.registry import select_runner
+
+    model, tok = target
+    select_runner(model)
+    saved = model_state(model)["runner"]
+    model_state(model)["runner"] = (kind, True)
+    try:
+        ids, mask = batch(tok, prompts[:2])
+        head = make_head(model, 300)
+        if kind == "per_row":
+            with pytest.raises(NotImplementedError, match="feature draft head"):
+                assisted_generate(model, head, ids, mask, max_new_tokens=8, num_assistant_tokens=3)
+            return
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=20, num_assistant_tokens=3)
+        assert torch.equal(out.sequences, reference(model, ids, mask, 20, tok))
+        assert out.metrics.draft_forwards > 0
+    finally:
+        model_state(model)["runner"] = saved
+
+
+@pytest.mark.slow
+def test_torch_compile(target, prompts):
+    """Compiled static runners (inductor, default mode to keep it short) hand the head the same features."""
+    model, tok = target
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:2])
+    eager = assisted_generate(model, head, ids, mask, max_new_tokens=16, num_assistant_tokens=3)
+    compiled = assisted_generate(model, head, ids, mask, max_new_tokens=16, num_assistant_tokens=3,
+                                 torch_compile={"mode": None, "freezing": False})
+    assert torch.equal(compiled.sequences, reference(model, ids, mask, 16, tok))
+    assert compiled.metrics.accepted_tokens == eager.metrics.accepted_tokens

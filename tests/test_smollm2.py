@@ -121,15 +121,23 @@ def test_smollm2_with_its_distilled_drafts_is_exact(smol, draft):
 
 
 @pytest.mark.slow
-def test_cli_default_runs_smollm2_with_the_cross_tokenizer_draft(smol, tmp_path):
-    if "smollm2_assistant_cross" not in embedded_models():
-        pytest.skip("smollm2_assistant_cross not built")
+def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
+    """The main job: SmolLM2 with its feature head (+ lookup) and the cross-tokenizer draft as a UAG row, both
+    exact, each with its speedup, tau, acceptance and draft share; transformers' UAG on the same pair."""
+    if not {"smollm2_assistant_cross", "smollm2_head"} <= set(embedded_models()):
+        pytest.skip("SmolLM2 drafts not built")
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--max_new_tokens", "16",
                            "--dataset_max_samples", "2", "--output_dir", str(tmp_path / "o")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "o" / "results.json").read_text())
     assert Path(res["target"]).name == "SmolLM2-135M-Instruct"
-    assert Path(res["assistant"]).name == "smollm2_assistant_cross"
+    assert Path(res["assistant"]).name == "smollm2_head"
+    assert Path(res["uag_assistant"]).name == "smollm2_assistant_cross"
     assert res["outputs_match_target"] is True and res["tau"] > 1.0
-    assert "speedup" in proc.stdout and "tau" in proc.stdout
+    for row in ("optimum_uag", "optimum_uag_uag"):
+        r = res["rows"][row]
+        assert r["outputs_match_target"] is True and r["tau"] >= 1.0 and 0 < r["draft_share"] < 1
+    assert "speedup_vs_transformers" in res["rows"]["optimum_uag_uag"]
+    assert "input-grounded" in res["prompt_source"]
+    assert "optimum-uag UAG" in proc.stdout and "vs target" in proc.stdout and "tau" in proc.stdout

@@ -47,6 +47,14 @@ def _pool(model) -> dict:
     return model_state(model).setdefault("kv_pool", {})
 
 
+def _bucketed(keep: int | None, length: int) -> int:
+    """logits_to_keep rounded up to a power of two (capped at the block): an HPU graph is keyed by it, so callers'
+    varying counts (a UAG draft's re-feed) make a few graphs, not one per count. The runner trims the rest."""
+    if not keep or keep >= length:
+        return 0 if not keep else length
+    return min(length, 1 << (keep - 1).bit_length())
+
+
 def final_norm(model):
     """The module whose output is the last hidden state (after the final norm), or None."""
     base = getattr(model, "base_model", model)
@@ -292,7 +300,7 @@ class GaudiModelRunner:
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=logits_to_keep or 0, **self.attention, **({"output_hidden_states": True} if hidden else {}),
+            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **({"output_hidden_states": True} if hidden else {}),
         )
         return out
 

@@ -136,10 +136,13 @@ class UniversalDrafter(Drafter):
             starts = [ln - t for ln, t in zip(self.length, todo)]
             take = [min(t, width) for t in todo]
             start = torch.tensor(starts, device=device)
-            logits = self.runner.forward(self.tokens.gather(1, start[:, None] + offsets), start)
+            # logits only from the earliest position a row needs: a 256k-token draft vocabulary makes every
+            # extra position an LM-head product and a megabyte copied
+            keep = width - min(take) + 1
+            logits = self.runner.forward(self.tokens.gather(1, start[:, None] + offsets), start, logits_to_keep=keep)
             self.processed = [s + t for s, t in zip(starts, take)]
             if max(todo) <= width:
-                return logits[rows, torch.tensor(take, device=device) - 1]
+                return logits[rows, torch.tensor(take, device=device) - 1 - (width - keep)]
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         logits = self._catch_up()
