@@ -43,9 +43,7 @@ def test_greedy_matches_target_batch(target, prompts, draft_vocab, k):
 
 
 def test_a_head_that_agrees_with_the_target_is_accepted(target, prompts):
-    """A head whose logits are the target's own next-next-token logits would be perfect; one whose LM head is the
-    target's and whose layer passes the feature through predicts the token AFTER the feature: the catch-up must
-    line up pairs (f_t, x_{t+1}) for that to be right at least on repeated text."""
+    """Long repeated text through the catch-up (a 400-character prompt, one wide first block): still exact."""
     model, tok = target
     text = prompts[0] * 3
     ids, mask = batch(tok, [text[:400]])
@@ -226,7 +224,6 @@ def test_prompt_lookup_then_uag_draft_matches_target(embedded, prompts):
 @pytest.mark.parametrize("kind", ["dynamic", "per_row"])
 def test_other_runners(target, prompts, kind):
     """The model's-own-cache runner returns features too (exact); the per-row fallback refuses by name."""
-    from optimum_uag.engine.drafters.feature_head import FeatureHead  # noqa: F401
     from optimum_uag.registry import model_state
     from optimum_uag.runners.registry import select_runner
 

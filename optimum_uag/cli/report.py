@@ -5,7 +5,7 @@ ROW_TITLES = {"optimum_uag": "optimum-uag", "optimum_uag_uag": "optimum-uag UAG"
               "transformers_assisted": "transformers assisted", "target_only": "target-only"}
 
 
-def row_summary(name: str, row, rows: dict, greedy: bool) -> dict:
+def row_summary(row, rows: dict, greedy: bool) -> dict:
     """tok/s, speedup vs target-only, and for optimum-uag rows tau, acceptance, where the time went."""
     base = rows["target_only"].tokens_per_s
     out = {"tokens_per_s": row.tokens_per_s, "speedup_vs_target": row.tokens_per_s / base if base else None}
@@ -29,7 +29,7 @@ def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
     args, notes = setup.args, setup.notes
     greedy = not args.do_sample
     main = "optimum_uag" if "optimum_uag" in rows else "target_only"
-    summaries = {name: row_summary(name, row, rows, greedy) for name, row in rows.items()}
+    summaries = {name: row_summary(row, rows, greedy) for name, row in rows.items()}
     if "transformers_assisted" in rows:
         pair = _baseline_pair(rows)
         theirs = rows["transformers_assisted"].tokens_per_s

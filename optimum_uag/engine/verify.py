@@ -52,13 +52,8 @@ def speculative_sampling(
     batch, k = candidates.shape
     index = candidates[..., None]
     p = target_probs[:, :k].gather(-1, index).squeeze(-1)
-    if draft_probs is None:
-        q = torch.ones_like(p)
-    else:
-        if valid is not None:  # no proposal at an invalid position: its residual is p itself
-            draft_probs = draft_probs * valid[..., None]
-        q = draft_probs.gather(-1, index).squeeze(-1)
-    if valid is not None:
+    q = torch.ones_like(p) if draft_probs is None else draft_probs.gather(-1, index).squeeze(-1)
+    if valid is not None:  # no proposal at an invalid position: q = 0 there, so its residual is p itself
         q = q * valid
     u = torch.rand(p.shape, device=p.device, generator=generator)
     ok = (u * q < p) & (q > 0)  # u < p / q without dividing by q; q == 0 means no proposal
@@ -72,8 +67,10 @@ def speculative_sampling(
         mass_at = torch.cat([q, q.new_zeros(batch, 1)], 1)[rows, accepted]
         residual = p_at.scatter_add(-1, cand[:, None], -mass_at[:, None]).clamp_min(0)
     else:
-        q_ext = torch.cat([draft_probs, draft_probs.new_zeros(batch, 1, draft_probs.shape[-1])], dim=1)
-        residual = (p_at - q_ext[rows, accepted]).clamp_min(0)
+        # only the row at the first rejection is read (no vocabulary-sized masking of the whole block)
+        q_at = draft_probs[rows, accepted.clamp_max(k - 1)]
+        keep = (accepted < k) & (valid[rows, accepted.clamp_max(k - 1)] if valid is not None else True)
+        residual = (p_at - q_at * keep[:, None]).clamp_min(0)
     mass = residual.sum(-1, keepdim=True)
     # mass == 0 only when p == q there, where rejection has probability 0; fall back to p for safety.
     residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_at)

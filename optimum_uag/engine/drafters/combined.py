@@ -16,13 +16,11 @@ class LookupThenDraft(Drafter):
     def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int):
         self.lookup, self.inner, self.num_lookup_tokens = lookup, inner, num_lookup_tokens
         self.needs_features = inner.needs_features
-        self.lookup_rounds = 0
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
         full = look.valid.all(1) | state.done
         if state.round > 0 and bool(full.all()):
-            self.lookup_rounds += 1
             return Proposal(look.tokens, valid=look.valid, record=("lookup", self.inner.idle(state)))
         mine = self.inner.propose(state, k)
         if mine.probs is not None or state.round == 0:
