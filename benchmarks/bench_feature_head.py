@@ -10,6 +10,8 @@ Rows (the goals of the drafts issue), every ratio measured against target-only i
   chat@4        batch 4: target-only (batched generate), head + lookup
   UAG@1         the cross-tokenizer draft: transformers' UAG vs optimum-uag on the same pair
   head cost     one head step vs one 1-token target forward (static runner), measured here
+  prepacked     target-only on the prepacked CPU weights optimum-uag's runners use (the kernels' share of the
+                speedup, no drafting; runners/packed.py); OPTIMUM_UAG_PACKED_WEIGHTS=0 runs every row unpacked
 
     python benchmarks/bench_feature_head.py --output benchmarks/results/feature_head.json
 """
@@ -27,6 +29,7 @@ from optimum_uag import assisted_generate, embedded_models
 from optimum_uag.engine.drafters import load_feature_head
 from optimum_uag.models import chat_prompts, smollm2
 from optimum_uag.models.chat_prompts import grounded_chat_prompts
+from optimum_uag.runners.packed import packed_weights
 
 from bench_smollm2 import _count, forward_cost, load
 
@@ -101,6 +104,14 @@ def main():
     def target_only(gen):
         return lambda enc, m: target.generate(**enc, max_new_tokens=m, **gen)
 
+    pack = packed_weights(target)
+
+    def target_only_packed(gen):  # the kernels alone: the target on the prepacked weights our runners use
+        def fn(enc, m):
+            with pack:
+                return target.generate(**enc, max_new_tokens=m, **gen)
+        return fn
+
     def ours(draft, k, gen, lookup=None, **pair):
         extra = {"prompt_lookup_num_tokens": lookup} if lookup else {}
         return lambda enc, m: assisted_generate(target, draft, enc["input_ids"], enc["attention_mask"],
@@ -136,11 +147,15 @@ def main():
 
     if "chat" not in skip:
         row("target-only chat@1", target_only(greedy), chat, 1)
+        if pack is not None:
+            row("target-only prepacked chat@1", target_only_packed(greedy), chat, 1, "target-only chat@1")
         row(f"head K={k} chat@1", ours(head, k, greedy), chat, 1, "target-only chat@1")
         row(f"head+lookup K={k} chat@1", ours(head, k, greedy, args.lookup), chat, 1, "target-only chat@1")
         row("distilled draft K=3 chat@1", ours(same, 3, greedy), chat, 1, "target-only chat@1")
     if "grounded" not in skip:
         row("target-only grounded@1", target_only(greedy), grounded, 1)
+        if pack is not None:
+            row("target-only prepacked grounded@1", target_only_packed(greedy), grounded, 1, "target-only grounded@1")
         row(f"lookup {args.lookup} grounded@1", ours(None, args.lookup, greedy, args.lookup), grounded, 1,
             "target-only grounded@1")
         row(f"head+lookup K={k} grounded@1", ours(head, k, greedy, args.lookup), grounded, 1, "target-only grounded@1")
@@ -150,6 +165,8 @@ def main():
             gen=sample)
     if "batch4" not in skip:
         row("target-only chat@4", target_only(greedy), chat, 4)
+        if pack is not None:
+            row("target-only prepacked chat@4", target_only_packed(greedy), chat, 4, "target-only chat@4")
         row(f"head+lookup K={k} chat@4", ours(head, k, greedy, args.lookup), chat, 4, "target-only chat@4")
     if "uag" not in skip:
         hf_cross = copy.deepcopy(cross)

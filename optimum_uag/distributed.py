@@ -12,6 +12,13 @@ import os
 import torch
 
 
+def prepare_env() -> None:
+    """Before habana_frameworks is imported, as optimum-habana's examples/text-generation/utils.py (setup_env): a
+    multi-card run with HPU graphs needs collectives inside lazy graphs, or it hangs. A value already set is kept."""
+    if int(os.environ.get("WORLD_SIZE", "0") or 0) > 0:
+        os.environ.setdefault("PT_HPU_ENABLE_LAZY_COLLECTIVES", "true")
+
+
 def world_size() -> int:
     """WORLD_SIZE as set by the deepspeed launcher, torchrun or gaudi_spawn (1 when not launched)."""
     return int(os.environ.get("WORLD_SIZE", "1"))

@@ -7,9 +7,7 @@ import argparse
 # flag: (argparse kwargs, why it changes nothing here)
 NO_OPS = {
     "flash_attention_causal_mask": ({}, "optimum-uag always passes its own mask (a verify block is not a lone prompt)"),
-    "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None), "no effect with an explicit mask"),
     "trim_logits": ({}, "the engine keeps only the logits it needs"),
-    "attn_softmax_bf16": ({}, "no effect here"),
     "limit_hpu_graphs": ({}, "the shapes are already bounded"),
     "bucket_internal": ({}, "the caches are allocated once"),
     "clear_hpu_graphs_cache": ({}, "graphs are kept for the whole run (their number is bounded)"),
@@ -25,6 +23,15 @@ NO_OPS = {
     "profiling_record_shapes": ({}, "no built-in profiler"),
     "profile_whole_sequences": ({}, "no built-in profiler"),
     "run_partial_dataset": ({}, "--dataset_max_samples selects the rows"),
+}
+
+# flag: (argparse kwargs, what it does): passed to optimum-uag's target forwards as to the target-only baseline
+APPLIED = {
+    "attn_softmax_bf16": ({}, "Gaudi: attention softmax in bf16 (eager attention), for optimum-uag's target forwards "
+                              "as for the target-only baseline"),
+    "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None),
+                                     "Gaudi: FusedSDPA's fast softmax, for optimum-uag's target forwards as for the "
+                                     "target-only baseline"),
 }
 
 # flag: (argparse kwargs, the value that means "off", what to do instead)
@@ -64,9 +71,11 @@ REFUSED = {
 
 
 def add_upstream_flags(parser: argparse.ArgumentParser) -> None:
-    """Declare the no-op and refused flags (store_true unless their kwargs say otherwise)."""
+    """Declare the no-op, applied and refused flags (store_true unless their kwargs say otherwise)."""
     for flag, (kwargs, why) in NO_OPS.items():
         parser.add_argument(f"--{flag}", **({"action": "store_true"} if not kwargs else kwargs), help=f"no-op: {why}")
+    for flag, (kwargs, what) in APPLIED.items():
+        parser.add_argument(f"--{flag}", **({"action": "store_true"} if not kwargs else kwargs), help=what)
     for flag, (kwargs, _, fix) in REFUSED.items():
         parser.add_argument(f"--{flag}", **({"action": "store_true"} if not kwargs else kwargs),
                             help=f"refused: {fix}")

@@ -261,3 +261,24 @@ def test_head_of_another_target_is_one_line(tmp_path):
     proc = run(["--assistant_model", str(tmp_path / "h"), "--max_new_tokens", "4"], tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert "trained for some-other-model" in proc.stderr
+
+
+def test_docs_flag_tables_match_the_parsers():
+    """docs/cli.md's flag tables are the parsers' own help (regenerate with optimum_uag.cli.flags.flag_table), and
+    every train-draft flag is documented."""
+    from optimum_uag.cli import flags, train_draft, tune
+
+    doc = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+
+    def section_table(heading):
+        start = doc.index(heading)
+        t0 = doc.index("| flag | default | meaning |", start)
+        return doc[t0 : doc.index("\n\n", t0)]
+
+    assert section_table("## `optimum-uag generate`") == flags.flag_table(flags.build_parser())
+    assert section_table("## `optimum-uag tune`") == flags.flag_table(tune.build_parser())
+    train_doc = doc[doc.index("## `optimum-uag train-draft`") : doc.index("## `optimum-uag tune`")]
+    for action in train_draft.build_parser()._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and option != "--help":
+                assert f"`{option}`" in train_doc, option

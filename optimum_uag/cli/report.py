@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 ROW_TITLES = {"optimum_uag": "optimum-uag", "optimum_uag_uag": "optimum-uag UAG",
-              "transformers_assisted": "transformers assisted", "target_only": "target-only"}
+              "transformers_assisted": "transformers assisted", "target_only": "target-only",
+              "target_only_packed": "target-only (prepacked)"}
 
 
 def row_summary(row, rows: dict, greedy: bool) -> dict:
@@ -110,6 +111,9 @@ def print_report(report: dict) -> None:
         share = f"{row['draft_share']:.0%}" if "draft_share" in row else "-"
         print(f"{title:24s} {row['tokens_per_s']:8.1f} {speed:>10s} {tau:>6s} {acc:>7s} {share:>12s}")
     print("-" * 78)
+    if "target_only_packed" in report["rows"]:
+        print("target-only (prepacked): the target alone on the prepacked CPU weights optimum-uag's runners use "
+              "(the kernels' share of the speedup; no drafting)")
     if report.get("speedup_vs_target") is not None:
         print(f"speedup vs target    {report['speedup_vs_target']:8.2f}x  (main row: optimum-uag)")
     for name, row in report["rows"].items():

@@ -72,7 +72,7 @@ def _check_neutral(values: dict) -> None:
 def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict,
                    ignore_eos: bool = False) -> AssistedConfig:
     """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
-    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    config = _merged_generation_config(model, generation_config)
     kwargs = dict(kwargs)
     max_assistant_tokens = kwargs.pop("max_assistant_tokens", 16)  # engine-only: cap of the heuristic schedule
     explicit = dict(kwargs)
@@ -154,6 +154,21 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     )
 
 
+def _merged_generation_config(model, generation_config: GenerationConfig | None) -> GenerationConfig:
+    """The call's generation config as transformers' generate() sees it. transformers 5 leaves unset fields None
+    and fills them in generate(): from the model's generation_config, then its global defaults; done here too."""
+    config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    defaults = getattr(GenerationConfig, "_get_default_generation_params", None)
+    if defaults is None:  # transformers 4.x: the fields carry their defaults already
+        return config
+    layers = ([model.generation_config.to_dict()] if generation_config is not None else []) + [defaults()]
+    for values in layers:
+        for key, value in values.items():
+            if value is not None and hasattr(config, key) and getattr(config, key) is None:
+                setattr(config, key, value)
+    return config
+
+
 def _is_feature_head(assistant_model) -> bool:
     from .drafters.feature_head import FeatureHead
 
@@ -187,6 +202,9 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
         input_ids = input_ids[None]
     if input_ids.dim() != 2 or input_ids.numel() == 0 or input_ids.shape[1] == 0:
         raise ValueError(f"input_ids must be a non-empty (batch, length) tensor, got shape {tuple(input_ids.shape)}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids (torch.long), got dtype {input_ids.dtype}; pass the "
+                         "tokenizer's input_ids (return_tensors='pt') or convert with input_ids.long()")
     device = model.device
     input_ids = input_ids.to(device)
     if attention_mask is None:
@@ -210,6 +228,7 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
             f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the model's "
             f"max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens"
         )
+    _check_token_range(input_ids, attention_mask, model, "the model")
     _refuse_dynamic_activation_quant(model)
     if assistant_model is not None:
         if assistant_model.device != device:
@@ -218,6 +237,37 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
                 f"move it with assistant_model.to('{device}')"
             )
     return input_ids, attention_mask
+
+
+def embedding_rows(model) -> int | None:
+    """How many token ids the model's input embedding accepts (None when it has no embedding table)."""
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        embed = get() if get is not None else None
+    except (NotImplementedError, AttributeError):
+        embed = None
+    rows = getattr(embed, "num_embeddings", None)
+    if rows is None:
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        rows = getattr(config, "vocab_size", None)
+    return rows
+
+
+def _check_token_range(input_ids: torch.Tensor, attention_mask: torch.Tensor, model, who: str) -> None:
+    """Ids outside [0, vocab) would end in an IndexError deep in torch's embedding (or garbage on an HPU)."""
+    rows = embedding_rows(model)
+    if rows is None:
+        return
+    ids = input_ids[attention_mask.bool()]
+    bad = ids[(ids < 0) | (ids >= rows)]
+    if bad.numel():
+        raise ValueError(f"input_ids holds token id {int(bad[0])}, outside {who}'s vocabulary [0, {rows}); encode the "
+                         "prompt with this model's own tokenizer")
+
+
+def check_draft_token_range(input_ids: torch.Tensor, attention_mask: torch.Tensor, assistant_model) -> None:
+    """A draft that shares the target's tokenizer reads the prompt's ids as they are: they must fit its table."""
+    _check_token_range(input_ids, attention_mask, assistant_model, "the assistant model")
 
 
 def _refuse_dynamic_activation_quant(model) -> None:

@@ -139,6 +139,9 @@ class _Call:
         schedule, metrics = Schedule(cfg), Metrics()
         if self.streamer is not None:
             self.streamer.put(self.input_ids.cpu())
+        rounds = self.plan.rounds
+        if rounds is not None:
+            rounds.start()
         while True:
             t0 = time.perf_counter()
             proposal = drafter.propose(state, schedule.k)
@@ -158,8 +161,12 @@ class _Call:
             all_done = self._observe(metrics, state, proposal, verdict, n_new, active, finite,
                                      (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3))
             schedule.update(self.all_accepted)
+            if rounds is not None:
+                rounds.step()
             if all_done:
                 break
+        if rounds is not None:
+            rounds.stop()
         if self.streamer is not None:
             self.streamer.end()
         return self._output(metrics, verifier, drafter, kept)

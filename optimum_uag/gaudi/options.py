@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # generate() keyword arguments of GaudiGenerationMixin that are not generation options.
-_CALL_KWARGS = ("lazy_mode", "hpu_graphs", "iteration_times", "profiling_warmup_steps", "profiling_steps",
+_CALL_KWARGS = ("lazy_mode", "hpu_graphs", "iteration_times", "profiler", "profiling_warmup_steps", "profiling_steps",
                 "profiling_record_shapes", "profiling_activities")
 # GaudiGenerationConfig fields; they describe how the target runs, not what it generates.
 _CONFIG_FIELDS = ("static_shapes", "reuse_cache", "bucket_size", "bucket_internal", "ignore_eos", "trim_logits",
@@ -18,11 +18,15 @@ _CONFIG_FIELDS = ("static_shapes", "reuse_cache", "bucket_size", "bucket_interna
 class GaudiOptions:
     """How the models run on Gaudi. Caches are always static (token_idx); these say what else applies."""
 
-    lazy_mode: bool = True
+    lazy_mode: bool = False  # upstream's generate(lazy_mode=False); its run_generation.py passes True
     hpu_graphs: bool = False
     ignore_eos: bool = False
     use_flash_attention: bool = False  # FusedSDPA with our explicit mask (causal-mask mode does not apply)
     flash_attention_recompute: bool = False
+    attn_softmax_bf16: bool = False  # eager attention's softmax in bf16 (modeling_llama: attn_softmax_bf16)
+    flash_attention_fast_softmax: bool = False  # FusedSDPA's fast softmax mode
+    iteration_times: list | None = None  # upstream's generate() fills it: seconds per round (the first from entry)
+    profiler: object = None  # upstream's HabanaProfile: start(), step() per round, stop()
 
 
 def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptions | None:
@@ -51,10 +55,17 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
                 "before loading the model; on a machine without Gaudi use optimum_uag.testing.hpu_emulator)"
             )
         return None
+    if call.get("hpu_graphs") and not call.get("lazy_mode"):  # upstream's generate() refuses it the same way
+        raise ValueError("hpu_graphs=True needs lazy_mode=True (HPU graphs capture lazy-mode graphs), as in "
+                         "optimum-habana's generate(); pass lazy_mode=True, or hpu_graphs=False")
     return GaudiOptions(
-        lazy_mode=bool(call.get("lazy_mode", True)),
+        lazy_mode=bool(call.get("lazy_mode", False)),
         hpu_graphs=bool(call.get("hpu_graphs", False)),
         ignore_eos=field("ignore_eos"),
         use_flash_attention=field("use_flash_attention"),
         flash_attention_recompute=field("flash_attention_recompute"),
+        attn_softmax_bf16=field("attn_softmax_bf16"),
+        flash_attention_fast_softmax=field("flash_attention_fast_softmax"),
+        iteration_times=call.get("iteration_times"),
+        profiler=call.get("profiler"),
     )

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -102,9 +103,10 @@ class GaudiModelRunner:
       into the cache, and later blocks run one token at a time (one decode graph).
     """
 
-    def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor, *, lazy_mode: bool = True,
+    def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor, *, lazy_mode: bool = False,
                  hpu_graphs: bool = False, columns: int | None = None, use_flash_attention: bool = False,
-                 flash_attention_recompute: bool = False):
+                 flash_attention_recompute: bool = False, attn_softmax_bf16: bool = False,
+                 flash_attention_fast_softmax: bool = False):
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
@@ -122,8 +124,12 @@ class GaudiModelRunner:
         self.pad = pad_lengths.to(self.device)
         self.lazy_mode = lazy_mode
         # FusedSDPA (reuse_cache models): with our explicit (B, 1, L, columns) mask, never its causal-mask mode
-        self.attention = dict(use_flash_attention=use_flash_attention,
-                              flash_attention_recompute=flash_attention_recompute, flash_attention_causal_mask=False)
+        # (and the softmax knobs upstream's generate() passes: the same logits as its target-only baseline), each
+        # only where the model's forward takes it
+        wanted = dict(use_flash_attention=use_flash_attention, flash_attention_recompute=flash_attention_recompute,
+                      flash_attention_causal_mask=False, attn_softmax_bf16=attn_softmax_bf16,
+                      flash_attention_fast_softmax=flash_attention_fast_softmax)
+        self.attention = {key: value for key, value in wanted.items() if accepts(model, key)}
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
         self.write = 0  # host-side: next free column (never read back from the device)
         # ... and its device twin, the base of every block's columns: a Python int added to a tensor would be a
@@ -138,6 +144,11 @@ class GaudiModelRunner:
         self._features: dict = {}
         self._feature_target = None
         self._allocate()
+        limit = getattr(text_config_of(model), "max_position_embeddings", None)
+        if hasattr(model, "update_sincos_cache") and limit is not None and limit < self.columns:
+            # as upstream's generate() before decoding: a RoPE table for the whole width, built here and not
+            # inside a forward (a lazy graph or an HPU-graph capture)
+            model.update_sincos_cache(seq_len=self.columns)
         self.call = hpu.graph_wrapped(model) if hpu_graphs else model
 
     def _allocate(self) -> None:
@@ -215,6 +226,13 @@ class GaudiModelRunner:
             logits = out[0] if hidden else out
             logits = logits if logits_to_keep else logits[:, extra:]
             return (logits, out[1][:, extra:]) if hidden else logits
+        room = self.columns - self.max_len
+        if self.mechanism == "reuse_cache" and length > room >= PROMPT_BUCKET:
+            # upstream's attention takes the past length we report (columns - length) as kv_seq_len, the size of
+            # its RoPE table (modeling_llama: kv_seq_len = past_key_value[0][-2]; cos[:seq_len][position_ids]):
+            # a block longer than the free room would read past the table (on an HPU, FusedRoPE does not check).
+            # Long prompts run in chunks of a power of two <= room (a bounded set of shapes).
+            return self._chunked(tokens, start, logits_to_keep, hidden, 1 << (room.bit_length() - 1))
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             keep = length if logits_to_keep in (0, None) else logits_to_keep
@@ -261,6 +279,21 @@ class GaudiModelRunner:
         if not hidden:
             return result
         return result, self._features[(batch, length)].clone()
+
+    def _chunked(self, tokens, start, logits_to_keep, hidden, step: int):
+        length = tokens.shape[1]
+        keep = length if logits_to_keep in (0, None) else logits_to_keep
+        parts, feats = [], []
+        for i in range(0, length, step):
+            j = min(i + step, length)
+            want = min(j - i, max(0, j - (length - keep)))  # the logits of this chunk the caller asked for
+            out = self.forward(tokens[:, i:j], start + i, want or 1, hidden)
+            if want:
+                parts.append(out[0] if hidden else out)
+            if hidden:
+                feats.append(out[1])
+        logits = torch.cat(parts, 1)
+        return (logits, torch.cat(feats, 1)) if hidden else logits
 
     def _feature_buffer(self, batch: int, length: int) -> None:
         """Where the final norm's output (the target's features) is copied during a hidden=True forward.
@@ -359,10 +392,14 @@ def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: 
     """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the runner
     its capability probe picks (a plain transformers model), run outside HPU graphs."""
     if cache_mechanism(model) is None:
-        return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role), options.lazy_mode)
+        # (no prepacked CPU kernels: the model runs on the HPU's own; runners/packed.py is a CPU path)
+        return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role, packed=False),
+                                 options.lazy_mode)
     return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
                             hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
-                            flash_attention_recompute=options.flash_attention_recompute)
+                            flash_attention_recompute=options.flash_attention_recompute,
+                            attn_softmax_bf16=options.attn_softmax_bf16,
+                            flash_attention_fast_softmax=options.flash_attention_fast_softmax)
 
 
 def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None:
@@ -373,6 +410,35 @@ def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None
     options = pop_gaudi_options(model, kwargs, generation_config)
     if options is None:
         return None
+    rounds = None
+    if options.iteration_times is not None or options.profiler is not None:
+        rounds = RoundTimes(options.iteration_times, options.profiler)
     return RunnerPlan(make_runner=functools.partial(make_runner, options=options), static_verify=True,
-                      ignore_eos=options.ignore_eos)
+                      ignore_eos=options.ignore_eos, rounds=rounds)
+
+
+class RoundTimes:
+    """upstream generate()'s `iteration_times` and `profiler`: one entry per round (the first measured from the
+    call's start, prefill included, as upstream's HabanaGenerationTime), profiler.start / step per round / stop.
+    Its run_generation.py reads iteration_times[0] as the first-token latency."""
+
+    def __init__(self, times: list | None, profiler):
+        self.times, self.profiler = times, profiler
+        self.last = time.perf_counter()
+
+    def start(self) -> None:
+        if self.profiler is not None:
+            self.profiler.start()
+
+    def step(self) -> None:
+        if self.times is not None:  # the round's host sync has happened (its token counts were read back)
+            now = time.perf_counter()
+            self.times.append(now - self.last)
+            self.last = now
+        if self.profiler is not None:
+            self.profiler.step()
+
+    def stop(self) -> None:
+        if self.profiler is not None:
+            self.profiler.stop()
 

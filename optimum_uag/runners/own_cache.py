@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import LogitsKeeper, accepts, last_hidden_state, local_attention_sizes
+from .common import LogitsKeeper, accepts, cache_argument, last_hidden_state, local_attention_sizes, returned_cache
 
 
 def crop(past, columns: int, total: int):
@@ -31,7 +31,7 @@ class OwnCacheRunner:
     kind = "dynamic"
 
     def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor):
-        if not (accepts(model, "past_key_values") or accepts(model, "past")):
+        if cache_argument(model) is None:
             raise NotImplementedError(f"{type(model).__name__}.forward takes no past_key_values")
         if batch_size > 1 and local_attention_sizes(model):
             # the model would measure its window in physical columns, holes of rejected tokens included
@@ -43,7 +43,7 @@ class OwnCacheRunner:
         self.past = None
         self.keep = LogitsKeeper(model)
         self.positions = accepts(model, "position_ids")
-        self.past_name = "past_key_values" if accepts(model, "past_key_values") else "past"
+        self.past_name = cache_argument(model)
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
 
@@ -75,7 +75,7 @@ class OwnCacheRunner:
         if hidden:
             kwargs["output_hidden_states"] = True
         out = self.model(**kwargs)
-        past = getattr(out, "past_key_values", None)
+        past = returned_cache(out)
         if past is None:
             raise NotImplementedError(f"{type(self.model).__name__} returned no past_key_values")
         self.past = past

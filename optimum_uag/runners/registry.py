@@ -2,14 +2,16 @@
 backends (Gaudi) register plan hooks that take over the models they own."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from ..registry import model_state
-from .common import accepts, local_attention_sizes
+from .common import accepts, cache_argument, local_attention_sizes, returned_cache
 from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
+from .packed import PackedCall, packed_weights
 from .static import StaticCacheRunner
 
 # In order of preference: fixed shapes first, then the model's own cache, then one row (and token) at a time.
@@ -42,13 +44,14 @@ def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Ten
     on the model's own cache."""
     positions = torch.arange(seq.shape[1], device=seq.device)[None]  # generate() passes them where accepted
     extra = (lambda lo, hi: {"position_ids": positions[:, lo:hi]}) if accepts(model, "position_ids") else (lambda lo, hi: {})
+    name = cache_argument(model) or "past_key_values"
     out = model(input_ids=seq[:, :prompt_len], use_cache=True, **extra(0, prompt_len))
-    logits, past = [out.logits[0]], out.past_key_values
+    logits, past = [out.logits[0]], returned_cache(out)
     for i in range(prompt_len, seq.shape[1]):
-        out = model(input_ids=seq[:, i : i + 1], past_key_values=past, use_cache=True, **extra(i, i + 1),
+        out = model(input_ids=seq[:, i : i + 1], **{name: past}, use_cache=True, **extra(i, i + 1),
                     attention_mask=torch.ones(1, i + 1, dtype=torch.long, device=seq.device))
         logits.append(out.logits[0])
-        past = out.past_key_values
+        past = returned_cache(out)
     return torch.cat(logits).float()
 
 
@@ -134,10 +137,17 @@ def runner_kind(model) -> str | None:
     return cached[0] if cached else None
 
 
-def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target"):
-    """A runner for one model on CPU/CUDA, of the kind its capability probe chose."""
+def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target",
+                packed: bool | None = None):
+    """A runner for one model on CPU/CUDA, of the kind its capability probe chose; on a CPU the static runner's
+    linears run on prepacked weights (runners/packed.py; packed=False turns it off)."""
     kind = select_runner(model, strict=role == "target")
-    return RUNNERS[kind](model, batch_size, capacity, pad)
+    runner = RUNNERS[kind](model, batch_size, capacity, pad)
+    if getattr(runner, "call", False) is None:
+        pack = packed_weights(model, packed)
+        if pack is not None:
+            runner.call = PackedCall(model, pack)
+    return runner
 
 
 @dataclass
@@ -147,6 +157,7 @@ class RunnerPlan:
     make_runner: Callable = make_runner  # (model, batch_size, capacity, pad, role=...) -> runner
     static_verify: bool = False  # pad every proposal to a fixed width (graph-compiled backends)
     ignore_eos: bool = False
+    rounds: object = None  # start() / step() after each round / stop(): a backend's timer or profiler (Gaudi)
 
 
 _HOOKS: list[Callable] = []
@@ -159,9 +170,13 @@ def register_plan_hook(hook: Callable) -> None:
 
 
 def plan_for(model, kwargs: dict, generation_config=None) -> RunnerPlan:
-    """The first registered backend's plan for this model, else the CPU/CUDA plan."""
+    """The first registered backend's plan for this model, else the CPU/CUDA plan (`cpu_packed_weights`: None =
+    auto, False = off; runners/packed.py)."""
+    packed = kwargs.pop("cpu_packed_weights", None)
+    if packed not in (None, True, False):
+        raise ValueError(f"cpu_packed_weights must be True, False or None (auto), got {packed!r}")
     for hook in _HOOKS:
         plan = hook(model, kwargs, generation_config)
         if plan is not None:
             return plan
-    return RunnerPlan()
+    return RunnerPlan(make_runner=functools.partial(make_runner, packed=packed))

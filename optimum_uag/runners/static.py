@@ -7,7 +7,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel, StaticCache
 
-from .common import LogitsKeeper, accepts, last_hidden_state, text_config
+from .common import LogitsKeeper, accepts, cache_argument, last_hidden_state, text_config
 
 
 class RowStaticCache(StaticCache):
@@ -21,12 +21,21 @@ class RowStaticCache(StaticCache):
 
     slots: torch.Tensor | None = None
 
-    def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+    def update(self, key_states, value_states, layer_idx, cache_kwargs=None, **kwargs):
         layer = self.layers[layer_idx]
+        if getattr(layer, "keys", None) is None or getattr(layer, "is_initialized", True) is False:
+            _allocate(layer, key_states, value_states)  # transformers allocates a layer at its first write
         index = self.slots[:, None, :, None].expand(-1, key_states.shape[1], -1, key_states.shape[-1])
         layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
         layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
         return layer.keys, layer.values
+
+
+def _allocate(layer, key_states, value_states) -> None:
+    try:
+        layer.lazy_initialization(key_states, value_states)  # transformers 5.x
+    except TypeError:
+        layer.lazy_initialization(key_states)  # 4.5x
 
 
 def local_config(model: PreTrainedModel, config):
@@ -101,6 +110,7 @@ class StaticCacheRunner:
         self.extra = {name: True for name in ("use_cache", "return_dict") if accepts(model, name)}
         self.positions = accepts(model, "position_ids")
         self.cache_position = accepts(model, "cache_position")
+        self.cache_name = cache_argument(model) or "past_key_values"
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
@@ -125,7 +135,7 @@ class StaticCacheRunner:
         self.cache.slots = slots
         masks = {kind: self._mask(slots, window) for kind, window in self.windows.items()}
         kwargs = dict(input_ids=tokens, attention_mask=next(iter(masks.values())) if len(masks) == 1 else masks,
-                      past_key_values=self.cache, **self.extra, **self.keep.kwargs(logits_to_keep))
+                      **{self.cache_name: self.cache}, **self.extra, **self.keep.kwargs(logits_to_keep))
         if self.positions:  # padded slots get position 0: absolute position tables have no negative rows
             kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
         if self.cache_position:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from .base import Drafter, DraftStats, draft_loop, no_proposal, pad_proposal
 from .combined import LookupThenDraft
 from .feature import FeatureDrafter
@@ -31,6 +33,7 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                   runner_factory, processors=None, vocab_size: int | None = None) -> Drafter:
     """Pick the draft (+translate) stage for this model pair; with prompt_lookup_num_tokens and a draft, lookup
     first and the draft where no n-gram matches."""
+    from ..config import check_draft_token_range
     from ..sampling import output_vocab_size
     from .translation import same_vocabulary
 
@@ -57,6 +60,9 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                 f"({model.config.vocab_size}); pass tokenizer= and assistant_tokenizer= (assistant_tokenizer is "
                 "missing) to use Universal Assisted Generation across tokenizers"
             )
+        prompt = state.tokens[:, : state.prompt_len]
+        columns = torch.arange(state.prompt_len, device=prompt.device)
+        check_draft_token_range(prompt, (columns >= state.pad[:, None]).long(), assistant_model)
         drafter = ModelDrafter(assistant_model, state, capacity, vocab_size, sampler, threshold, runner_factory,
                                processors)
     else:

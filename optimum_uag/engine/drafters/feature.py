@@ -11,8 +11,11 @@ outside its draft vocabulary, a valid proposal for speculative sampling.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
+from ...runners.packed import packed_weights
 from ..state import DecodingState, Proposal
 from .base import Drafter, DraftStats, Picker, draft_loop, no_proposal
 from .feature_head import FeatureHead, embedding_checksum
@@ -72,6 +75,7 @@ class FeatureDrafter(Drafter):
         self.last = None  # the head's latest output (B, 1, H): the feature of the next draft step
         self.shapes: set = set()
         self.calls = 0
+        self.pack = packed_weights(self.head) or contextlib.nullcontext()  # CPU: prepacked linears (runners/packed.py)
 
     def _step(self, features, tokens, slots) -> torch.Tensor:
         self.shapes.add(tuple(tokens.shape))
@@ -80,12 +84,14 @@ class FeatureDrafter(Drafter):
         # a query always sees its own slot (a padding column's query would otherwise see nothing: NaN)
         visible = ((keys >= self.pad[:, None, None]) & (keys <= slots3)) | (keys == slots3)
         positions = (slots - self.pad[:, None]).clamp_min(0)
-        return self.head.step(features, self.embed(tokens), positions, self.cache_k, self.cache_v, slots,
-                              visible[:, None])
+        with self.pack:
+            return self.head.step(features, self.embed(tokens), positions, self.cache_k, self.cache_v, slots,
+                                  visible[:, None])
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Target-vocabulary logits (B, L, V): the draft vocabulary's, -inf elsewhere."""
-        logits = self.head.logits(hidden, self.target_head).float()
+        with self.pack:
+            logits = self.head.logits(hidden, self.target_head).float()
         if self.draft_ids is None:
             return logits
         full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))

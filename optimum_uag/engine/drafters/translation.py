@@ -89,6 +89,20 @@ class TextBridge:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: every byte as a printable character (the table ByteLevel BPE vocabularies use;
+    transformers moved its copy between releases)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, (chr(c) for c in chars)))
+
+
 def token_bytes(tokenizer) -> dict[int, bytes]:
     """The byte string each (non-special) token spells, space markers ('Ġ', '▁') and <0xNN> normalized."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -97,9 +111,7 @@ def token_bytes(tokenizer) -> dict[int, bytes]:
     special = set(tokenizer.all_special_ids)
     out = {}
     if '"ByteLevel"' in decoder:
-        from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
-
-        byte_decoder = {c: b for b, c in bytes_to_unicode().items()}
+        byte_decoder = {c: b for b, c in _bytes_to_unicode().items()}
         for token, idx in tokenizer.get_vocab().items():
             if idx not in special and all(c in byte_decoder for c in token):
                 out[idx] = bytes(byte_decoder[c] for c in token)
