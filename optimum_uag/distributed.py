@@ -55,6 +55,26 @@ def shard(model, dtype: torch.dtype, what: str = "model"):
     return engine.module
 
 
+def stop_agreement():
+    """Multi-card: a function that makes rank 0's stopping decision of a round every rank's (EOS is the same on
+    every rank, but stop strings, max_time and user criteria are evaluated per rank: wall-clock time differs, and a
+    rank that stops while another goes on blocks in the next collective). None when not distributed."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return None
+
+    def agree(n_new: torch.Tensor, stopped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        packed = torch.stack([n_new.long(), stopped.long()])
+        on_host = dist.get_backend() == "gloo"
+        buffer = packed.cpu() if on_host else packed
+        dist.broadcast(buffer, src=0)
+        buffer = buffer.to(n_new.device)
+        return buffer[0].to(n_new.dtype), buffer[1].bool()
+
+    return agree
+
+
 def ranks_agree(tensor: torch.Tensor) -> bool:
     """True when every rank holds the same tensor (checked on all ranks)."""
     import torch.distributed as dist

@@ -52,18 +52,25 @@ def quant_kind(config: dict) -> str:
     raise ValueError(f"unknown quantization method {config['method']!r}; use HOOKS (FP8), RTN or DYNAMIC_INT8")
 
 
+def _need_inc(kind: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("neural_compressor") is None:
+        raise ValueError(f"{kind} quantization needs Intel Neural Compressor: pip install 'optimum-uag[quant]'")
+
+
 def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> torch.nn.Module:
     """Quantize (or prepare for FP8 measurement) `model` as the JSON at `config_path` says; returns the model."""
     config = read_quant_config(config_path)
     kind = quant_kind(config)
     if kind.startswith("fp8"):
-        from neural_compressor.torch.quantization import FP8Config, convert, prepare
-
         device = next(model.parameters()).device
         if device.type != "hpu" and not config.get("use_qdq"):  # INC runs FP8 off Gaudi only in QDQ mode
             qdq = "maxabs_measure_qdq.json" if kind == "fp8-measure" else "maxabs_quant_qdq.json"
             raise ValueError(f"FP8 on {device.type} needs QDQ mode (\"use_qdq\": true); use "
                              f"habana_configs/quantization_config/{qdq}, or run on Gaudi")
+        _need_inc(kind)
+        from neural_compressor.torch.quantization import FP8Config, convert, prepare
 
         fp8 = FP8Config.from_json_file(os.fspath(config_path))
         model = prepare(model, fp8) if kind == "fp8-measure" else convert(model, fp8)
@@ -74,6 +81,7 @@ def quantize_model(model: torch.nn.Module, config_path: str | os.PathLike) -> to
         model_state(model)["quant"] = kind
         return model
     if kind == "rtn":
+        _need_inc(kind)
         from neural_compressor.torch.quantization import RTNConfig, convert, prepare
 
         unknown = sorted(set(config) - set(_RTN_KEYS) - {"method"})

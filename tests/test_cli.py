@@ -1,4 +1,5 @@
 """The main job: examples/run_generation.py on the embedded pair, in a subprocess."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -115,6 +116,10 @@ def test_gaudi_flag_without_gaudi(tmp_path):
 
 def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
     """A Gaudi command line (HPU graphs, reuse_cache, static prompt length) dry-run on CPU."""
+    if importlib.util.find_spec("optimum") is None or importlib.util.find_spec("optimum.habana") is None:
+        proc = run(["--emulate_hpu", "--max_new_tokens", "4"], tmp_path)  # the CPU/CUDA install: one clear line
+        assert proc.returncode == 2 and "optimum-uag[gaudi]" in proc.stderr and "Traceback" not in proc.stderr
+        return
     proc = run(["--emulate_hpu", "--use_hpu_graphs", "--reuse_cache", "--max_input_tokens", "48", "--batch_size", "2",
                 "--max_new_tokens", "10", "--n_iterations", "2", "--warmup", "0", "--output_dir", str(tmp_path / "o"),
                 "--use_flash_attention", "--trim_logits", "--attn_softmax_bf16"], tmp_path)
@@ -127,7 +132,8 @@ def test_emulated_gaudi_dry_run_reports_graph_captures(tmp_path):
     assert 2 <= res["graph_captures"]["assistant"] <= 4  # decode + re-feed + prefill bucket(s)
     assert res["args"]["use_flash_attention"] is True
     assert res["args"]["ignore_eos"] is True  # optimum-habana's default for Gaudi command lines
-    assert any("--trim_logits, --attn_softmax_bf16" in note for note in res["notes"])
+    assert any("--trim_logits" in note for note in res["notes"])  # a no-op flag, said so
+    assert not any("--attn_softmax_bf16" in note for note in res["notes"])  # applied to our forwards (issue 22)
 
 
 @pytest.mark.slow
@@ -161,6 +167,9 @@ def test_quant_config_env(tmp_path):
     proc = run(["--max_new_tokens", "8", "--output_dir", str(tmp_path / "q"), "--assistant_quant_config",
                 str(configs / "cpu_rtn_int8.json"), "--prompt", "def f(x):", "--batch_size", "2"], tmp_path,
                env={"QUANT_CONFIG": str(configs / "cpu_rtn_int8.json")})
+    if importlib.util.find_spec("neural_compressor") is None:  # the CPU/CUDA install without [quant]
+        assert proc.returncode == 2 and "pip install 'optimum-uag[quant]'" in proc.stderr, proc.stderr[-2000:]
+        return
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "q" / "results.json").read_text())
     assert res["outputs_match_target"] is True and len(res["output_ids"]) == 2

@@ -54,3 +54,17 @@ def test_shard_assistant_needs_a_launch(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--shard_assistant",
                            "--max_new_tokens", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "deepspeed --num_gpus" in proc.stderr
+
+
+@pytest.mark.slow
+def test_every_rank_follows_rank_zeros_stopping_decision(tmp_path):
+    """Issue 22, finding 11: a stopping criterion that fires on one rank only (max_time, a per-rank criterion)
+    must not split the ranks: both take rank 0's decision and return the same tokens, the full 12."""
+    launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29514",
+              str(REPO / "tests" / "dist_stop_worker.py"), str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(launch, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-3000:])
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["ids"] == ranks[1]["ids"]
+    assert len(ranks[0]["ids"]) - ranks[0]["prompt_len"] == 12  # rank 0 never stopped early: nor did rank 1

@@ -218,7 +218,7 @@ def test_tli_sampling_matches_target_distribution(scale):
     draft = tiny_neox(len(dt), 1, hidden=16)
     with torch.no_grad():
         target.lm_head.weight.mul_(4.0)
-        draft.embed_out.weight.mul_(scale)
+        draft.get_output_embeddings().weight.mul_(scale)
     prompt = torch.tensor([[1, 2, 3]])
     expected = _joint_first_two(target, prompt, LogitsWarper())
     torch.manual_seed(7)

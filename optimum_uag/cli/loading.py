@@ -21,6 +21,10 @@ def resolve_device(name: str, emulate_hpu: bool = False):
             fail(f"--emulate_hpu runs on the CPU; drop --device {name}")
         from ..testing.hpu_emulator import HPUEmulator  # the --emulate_hpu dry run only
 
+        try:
+            gaudi.check_versions()
+        except ImportError as exc:
+            fail(f"--emulate_hpu runs optimum-habana's Gaudi model classes: {exc}")
         emulator = HPUEmulator().__enter__()
         gaudi.enable()
         return torch.device("cpu"), emulator
@@ -28,7 +32,10 @@ def resolve_device(name: str, emulate_hpu: bool = False):
         if not hpu.available():
             fail("--device hpu needs Intel Gaudi (habana_frameworks is not installed); add --emulate_hpu to "
                  "dry-run the Gaudi configuration on CPU, or use --device cpu")
-        gaudi.enable()
+        try:
+            gaudi.enable()
+        except ImportError as exc:
+            fail(str(exc))
         return torch.device("hpu"), None
     if name == "cuda" and not torch.cuda.is_available():
         fail("--device cuda but no CUDA device is available; use --device cpu")

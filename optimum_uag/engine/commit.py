@@ -7,8 +7,10 @@ from .state import DecodingState
 from .verify import Verdict
 
 
-def commit(state: DecodingState, verdict: Verdict, eos_ids: torch.Tensor | None, stopping_criteria=None) -> torch.Tensor:
-    """Append each row's new tokens, stopping at EOS / max_new_tokens; return how many each row took."""
+def commit(state: DecodingState, verdict: Verdict, eos_ids: torch.Tensor | None, stopping_criteria=None,
+           agree=None) -> torch.Tensor:
+    """Append each row's new tokens, stopping at EOS / max_new_tokens; return how many each row took.
+    `agree(n_new, stopped)` (multi-card) replaces this rank's decision with rank 0's."""
     width = verdict.tokens.shape[1]
     offsets = torch.arange(width, device=state.tokens.device)
     n_new = verdict.accepted + 1
@@ -25,6 +27,9 @@ def commit(state: DecodingState, verdict: Verdict, eos_ids: torch.Tensor | None,
     if stopping_criteria:
         n_new, stopped = _apply_stopping_criteria(state, n_new, stopping_criteria)
         hit_eos |= stopped
+    if agree is not None:
+        n_new, hit_eos = agree(n_new, hit_eos)  # every rank takes rank 0's tokens and stops (same verdict tokens)
+        state.tokens.scatter_(1, slots, torch.where(offsets < n_new[:, None], verdict.tokens, current))
     state.length += n_new
     state.generated += n_new
     state.done |= (hit_eos & (n_new > 0)) | (state.generated >= state.max_new_tokens)

@@ -8,6 +8,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.utils import ModelOutput
 
+from ..distributed import stop_agreement
 from ..runners import plan_for
 from .commit import commit, stopping_criteria
 from .config import AssistedConfig, resolve_config, validate_inputs
@@ -140,6 +141,7 @@ class _Call:
         if self.streamer is not None:
             self.streamer.put(self.input_ids.cpu())
         rounds = self.plan.rounds
+        agree = stop_agreement()  # multi-card: one stopping decision for every rank
         if rounds is not None:
             rounds.start()
         while True:
@@ -151,7 +153,7 @@ class _Call:
             verdict, finite = verifier(state, proposal)
             t2 = time.perf_counter()
             active = ~state.done
-            n_new = commit(state, verdict, eos_ids, self.criteria)
+            n_new = commit(state, verdict, eos_ids, self.criteria, agree)
             if keep_scores:
                 for b, n in enumerate(n_new.tolist()):
                     kept[b] += [(verifier.last[0][b, j].clone(), verifier.last[1][b, j].clone()) for j in range(n)]

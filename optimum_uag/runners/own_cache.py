@@ -1,16 +1,26 @@
 """The `dynamic` and `per_row` runners: the model's own cache (DynamicCache or legacy tuples), cropped on rollback."""
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .common import LogitsKeeper, accepts, cache_argument, last_hidden_state, local_attention_sizes, returned_cache
+
+
+def _crops_by_count(past) -> bool:
+    try:
+        return "tokens_to_remove" in inspect.signature(type(past).crop).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def crop(past, columns: int, total: int):
     """The cache cut back from `total` to its first `columns` positions (a Cache object in place; legacy tuples
     by slicing each tensor on its sequence axis, the one of size `total`: BLOOM keeps keys as (B*H, D, S))."""
     if hasattr(past, "crop"):
-        past.crop(columns)
+        # transformers 5 crops by a (negative) number of tokens to remove; 4.x by the length to keep
+        past.crop(columns - total if _crops_by_count(past) else columns)
         return past
     if isinstance(past, (tuple, list)):
         return type(past)(crop(item, columns, total) for item in past)

@@ -21,6 +21,19 @@ class RowStaticCache(StaticCache):
 
     slots: torch.Tensor | None = None
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # transformers 5 gives sliding-window layers a window-sized ring buffer; rows write at their own slots
+        # over the whole length (the window is the runner's mask), so every layer gets the full length, as in 4.x
+        from transformers import cache_utils
+
+        ring = tuple(getattr(cache_utils, n) for n in ("StaticSlidingWindowLayer", "SlidingWindowLayer")
+                     if hasattr(cache_utils, n))
+        length = kwargs.get("max_cache_len")
+        for i, layer in enumerate(self.layers):
+            if ring and isinstance(layer, ring) and length is not None:
+                self.layers[i] = cache_utils.StaticLayer(max_cache_len=length)
+
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None, **kwargs):
         layer = self.layers[layer_idx]
         if getattr(layer, "keys", None) is None or getattr(layer, "is_initialized", True) is False:
@@ -41,11 +54,14 @@ def _allocate(layer, key_states, value_states) -> None:
 def local_config(model: PreTrainedModel, config):
     """The config as this process's shard sees it: tensor parallelism (DeepSpeed AutoTP) splits the key/value
     heads across ranks, so the cache holds the local ones (read from the k_proj shard)."""
-    heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    if not heads or not getattr(config, "hidden_size", None):
+    try:
+        heads = getattr(config, "num_attention_heads", None)
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        if not heads or not getattr(config, "hidden_size", None):
+            return config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    except Exception:  # noqa: BLE001 - per-layer attributes (transformers 5's Gemma 4): the cache reads each layer's
         return config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     for name, module in model.named_modules():
         if name.endswith("k_proj"):
             rows = getattr(module, "out_features", None)
@@ -120,6 +136,10 @@ class StaticCacheRunner:
         visible = (self.key_slots >= self.pad[:, None, None]) & (self.key_slots <= slots[:, :, None])
         if window is not None and window < self.max_len:
             visible &= self.key_slots > slots[:, :, None] - window
+        # a padding column's query sees its own slot: with nothing visible its softmax would be NaN (models that
+        # take the softmax in float32 over a float64 mask: -inf everywhere), and its NaN keys/values would reach
+        # every later layer through 0 * NaN; no real query ever sees a padding slot
+        visible |= self.key_slots == slots[:, :, None]
         mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
         return mask.masked_fill_(~visible, self.mask_value)[:, None]
 

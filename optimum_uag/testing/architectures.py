@@ -46,6 +46,7 @@ VARIANTS = {
     "falcon-rw": ("falcon", dict(new_decoder_architecture=False, multi_query=False, parallel_attn=False, bias=True)),
     "mistral-nowindow": ("mistral", dict(sliding_window=None)),
 }
+MAX_PARAMETERS = 150_000_000  # tiny text sizes give < 1M; a vision tower at its own size (GIT: 86M) still builds
 _SPECIAL_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
 
@@ -93,6 +94,14 @@ def tiny_model(model_type: str, vocab_size: int, seed: int = 0, dtype=torch.floa
     from transformers import AutoModelForCausalLM
 
     config = tiny_config(model_type, vocab_size, **overrides)
+    try:  # count first, on the meta device: a config whose sub-configs keep their own sizes is not tiny
+        with torch.device("meta"):
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+    except Exception:  # noqa: BLE001 - the real build below reports the reason
+        size = 0
+    if size > MAX_PARAMETERS:
+        raise Unbuildable(f"{size / 1e6:.0f}M parameters at the tiny sizes (its sub-configs keep their own): not "
+                          "tiny")
     torch.manual_seed(seed)
     try:
         model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
