@@ -37,4 +37,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[-1])  # the launcher puts --local_rank=N before our arguments
