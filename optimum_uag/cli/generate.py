@@ -256,6 +256,8 @@ def _add_packed_reference(setup: Setup, methods: dict, gen_kwargs: dict, baselin
 
 
 def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) -> None:
+    from ..engine.config import DEFAULT_NUM_ASSISTANT_TOKENS
+
     args = setup.args
     name = "optimum_uag_uag" if "optimum_uag_uag" in setup.drafts else "optimum_uag"
     if not args.compare_baseline and name != "optimum_uag_uag":
@@ -270,7 +272,7 @@ def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) ->
     if args.batch_size > 1:
         setup.notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
         return
-    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens or 5)
+    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS)
     if draft_tok is not None and not _same(setup.tokenizer, draft_tok):
         kw.update(tokenizer=setup.tokenizer, assistant_tokenizer=draft_tok)
 

@@ -235,11 +235,7 @@ class GaudiModelRunner:
             return self._chunked(tokens, start, logits_to_keep, hidden, 1 << (room.bit_length() - 1))
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
-            keep = length if logits_to_keep in (0, None) else logits_to_keep
-            outs = [self.forward(tokens[:, i : i + 1], start + i, 1, hidden) for i in range(length)]
-            if not hidden:
-                return torch.cat(outs[length - keep:], dim=1)
-            return (torch.cat([o[0] for o in outs[length - keep:]], 1), torch.cat([o[1] for o in outs], 1))
+            return self._chunked(tokens, start, logits_to_keep, hidden, 1)
         if self.write + length > self.columns:
             self._compact()
             if self.write + length > self.columns:

@@ -1,6 +1,7 @@
 """The `dynamic` and `per_row` runners: the model's own cache (DynamicCache or legacy tuples), cropped on rollback."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -8,9 +9,11 @@ import torch
 from .common import LogitsKeeper, accepts, cache_argument, last_hidden_state, local_attention_sizes, returned_cache
 
 
-def _crops_by_count(past) -> bool:
+@functools.lru_cache(maxsize=None)
+def _crops_by_count(cache_type: type) -> bool:
+    """transformers 5's Cache.crop(tokens_to_remove) vs 4.x's crop(max_length); read once per cache class."""
     try:
-        return "tokens_to_remove" in inspect.signature(type(past).crop).parameters
+        return "tokens_to_remove" in inspect.signature(cache_type.crop).parameters
     except (TypeError, ValueError):
         return False
 
@@ -20,7 +23,7 @@ def crop(past, columns: int, total: int):
     by slicing each tensor on its sequence axis, the one of size `total`: BLOOM keeps keys as (B*H, D, S))."""
     if hasattr(past, "crop"):
         # transformers 5 crops by a (negative) number of tokens to remove; 4.x by the length to keep
-        past.crop(columns - total if _crops_by_count(past) else columns)
+        past.crop(columns - total if _crops_by_count(type(past)) else columns)
         return past
     if isinstance(past, (tuple, list)):
         return type(past)(crop(item, columns, total) for item in past)
