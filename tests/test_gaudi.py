@@ -579,3 +579,115 @@ def test_the_rope_table_covers_the_cache_width_before_any_graph(emu, monkeypatch
                         raising=False)
     GaudiModelRunner(model, 1, 60, torch.tensor([0]), lazy_mode=True, columns=128)
     assert grown == [128]
+
+
+# ------------------------------------------- HPU graphs of our own, never the user's model (issue 22, 2 and 12)
+def _fresh(model):
+    return _gaudi_copy(model.config, model.state_dict())
+
+
+def test_hpu_graphs_leave_the_users_model_unwrapped(plain, emu, gaudi_models):
+    """Finding 2: wrapping changes a module for good (habana's wrapper replaces its forward); a later call with
+    hpu_graphs=False would still replay. optimum-uag wraps a step module of its own, kept with the pooled cache."""
+    target = _fresh(gaudi_models["target"])
+    emu.name(target, "fresh")
+    forward = target.forward
+    out = assisted_generate(target, gaudi_models["assistant_same_tokenizer"], plain["ids4"], plain["mask4"],
+                            max_new_tokens=24, do_sample=False, **GAUDI)
+    assert torch.equal(out.sequences, plain["greedy4"])
+    assert emu.captures["fresh"] > 0
+    assert "clear_cache" not in target.__dict__ and target.forward == forward
+    emu.reset_counters()
+    out = assisted_generate(target, gaudi_models["assistant_same_tokenizer"], plain["ids4"], plain["mask4"],
+                            max_new_tokens=24, do_sample=False, lazy_mode=True, hpu_graphs=False)
+    assert torch.equal(out.sequences, plain["greedy4"])
+    assert emu.replays.get("fresh", 0) == 0 and emu.captures.get("fresh", 0) == 0
+
+
+def test_models_the_caller_wrapped_are_not_wrapped_again(plain, emu, gaudi_models):
+    """Upstream's run_generation.py wraps target and assistant before generate(hpu_graphs=True); habana's wrapper
+    has no already-wrapped guard (the emulator now refuses a nested capture): our step calls a wrapped model with
+    bypass_hpu_graphs=True, and optimum-habana's own generate() still replays the caller's graphs."""
+    hpu = importlib.import_module("habana_frameworks.torch.hpu")
+    target, draft = _fresh(gaudi_models["target"]), _fresh(gaudi_models["assistant_same_tokenizer"])
+    for model in (target, draft):
+        hpu.wrap_in_hpu_graph(model)
+    emu.name(target, "wrapped target")
+    for _ in range(2):
+        out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False,
+                                **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy4"])
+    own = _habanas_own_greedy(target, plain["ids1"], plain["mask1"], target.generation_config)
+    assert torch.equal(own, plain["greedy1"])
+
+
+def test_token_idx_cache_is_not_a_graph_input(plain, emu, gaudi_models):
+    """Finding 12: a GPT-NeoX (token_idx) model's `past` passed as an argument is a graph input, which habana's
+    copy_to copies onto itself on every replay (the whole KV cache). Our step holds it as an attribute."""
+    tok, atok, _, _ = plain["tokenizers"]
+    emu.reset_counters()
+    out = assisted_generate(gaudi_models["target"], gaudi_models["assistant"], plain["ids4"], plain["mask4"],
+                            tokenizer=tok, assistant_tokenizer=atok, max_new_tokens=24, do_sample=False, **GAUDI)
+    assert torch.equal(out.sequences, plain["greedy4"])
+    assert emu.replays["assistant"] > 0 and emu.self_copy_bytes == 0
+
+
+def test_a_token_idx_target_is_refused_with_the_reason(plain, emu, gaudi_models):
+    """Finding 12: a token_idx class verifies K+1 tokens in K+1 forwards (its mask is causal only without a past):
+    assisted generation cannot beat target-only there, so it is refused, naming what works."""
+    neox = gaudi_models["assistant"]
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with pytest.raises(ValueError, match="K\\+1 sequential forwards.*reuse_cache"):
+        assisted_generate(neox, _fresh(neox), ids, max_new_tokens=8, do_sample=False, **GAUDI)
+
+
+def test_disabled_tensor_cache_stays_exact(plain, emu, gaudi_models, monkeypatch):
+    """PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1 (upstream's utils.py sets it with limit_hpu_graphs): replays read the new
+    call's inputs and never refill the captured ones; outputs stay the target's."""
+    tok, atok, _, _ = plain["tokenizers"]
+    monkeypatch.setenv("PT_HPUGRAPH_DISABLE_TENSOR_CACHE", "1")
+    emu.reset_counters(clear_graphs=True)
+    for _ in range(2):
+        out = assisted_generate(gaudi_models["target"], gaudi_models["assistant"], plain["ids4"], plain["mask4"],
+                                tokenizer=tok, assistant_tokenizer=atok, max_new_tokens=24, do_sample=False, **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy4"])
+    assert emu.replays["target"] > 0
+
+
+def test_pooled_caches_are_freed_on_request_and_with_the_model(plain, emu, gaudi_models):
+    """Finding 7: the KV caches, graphs and feature buffers pooled for a model go with free_caches(model), and with
+    the model itself (the registry is weak; the emulator keeps no graph alive)."""
+    import gc
+    import weakref
+
+    from optimum_uag.gaudi import free_caches
+    from optimum_uag.registry import model_state
+
+    def pooled(model):
+        out = assisted_generate(model, gaudi_models["assistant_same_tokenizer"], plain["ids1"], plain["mask1"],
+                                max_new_tokens=8, do_sample=False, **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy1"][:, : out.sequences.shape[1]])
+        return [weakref.ref(t) for tensors in model_state(model)["kv_pool"].values() for t in tensors]
+
+    target = _fresh(gaudi_models["target"])
+    refs = pooled(target)
+    free_caches(target)
+    gc.collect()
+    assert refs and not any(r() is not None for r in refs)
+    assert "kv_pool" not in model_state(target) and "graph_steps" not in model_state(target)
+    refs = pooled(target)  # and it runs again, exactly
+    del target
+    gc.collect()
+    assert not any(r() is not None for r in refs)
+
+
+def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_models):
+    """A graph captured in one call writes the target's features into the buffer that existed at capture: the
+    buffers are pooled with the cache, so a second call (graphs replayed, none captured) reads real features."""
+    target, head = gaudi_models["target"], plain["feature_head"]
+    emu.reset_counters(clear_graphs=True)
+    for _ in range(2):
+        out = assisted_generate(target, head, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False,
+                                num_assistant_tokens=3, **GAUDI)
+        assert torch.equal(out.sequences, plain["greedy4"])
+        assert out.metrics.accepted_tokens == plain["feature_accepted"][4]

@@ -140,3 +140,52 @@ def test_fused_rope_takes_optimum_habanas_call_shapes(table_shape):
     got = RotaryPosEmbeddingHelperV2.apply(q, *table, position_ids)
     expected, _ = reference(q, q, cos[position_ids], sin[position_ids])
     torch.testing.assert_close(got, expected)
+
+
+# ----------------------------------------------------------- blind spots habana's wrapper has (issue 22)
+def test_wrapping_twice_nests_a_capture_in_a_capture(emu):
+    """graphs.py's wrap_in_hpu_graph has no already-wrapped guard: a second wrap wraps the wrapper, whose first
+    call starts a capture inside a capture. The emulator refuses it (an earlier version returned early)."""
+    m = wrap_in_hpu_graph(wrap_in_hpu_graph(Stateful()))
+    with pytest.raises(RuntimeError, match="wrapped twice|inside another"):
+        m(torch.ones(1, 3))
+
+
+def test_a_captured_input_passed_again_is_copied_onto_itself(emu):
+    """graphs.py's copy_to copies every user input tensor into the captured one, with no identity check: passing
+    the captured tensor again (a KV cache as an argument) is a full self-copy per replay. Counted, in bytes."""
+    m = wrap_in_hpu_graph(Stateful())
+    x = torch.ones(1, 3)
+    m(x)
+    m(x)
+    assert emu.self_copy_bytes == x.numel() * x.element_size()
+    m(torch.ones(1, 3))
+    assert emu.self_copy_bytes == x.numel() * x.element_size()
+
+
+def test_disabled_tensor_cache_replays_on_the_new_inputs(emu, monkeypatch):
+    """PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1 overrides the argument per call (graphs.py reads it on every forward);
+    the replay then reads the call's own input tensors (replayV3) and the captured ones are not refilled."""
+    monkeypatch.setenv("PT_HPUGRAPH_DISABLE_TENSOR_CACHE", "1")
+    m = wrap_in_hpu_graph(Stateful())
+    first = torch.ones(1, 3)
+    m(first)
+    second = torch.full((1, 3), 2.0)
+    out = m(second)
+    assert torch.equal(first, torch.ones(1, 3))  # with the tensor cache, it would now hold 2s
+    assert emu.self_copy_bytes == 0
+    monkeypatch.delenv("PT_HPUGRAPH_DISABLE_TENSOR_CACHE")
+    ref = Stateful()
+    ref.load_state_dict(m.state_dict())
+    ref.state.fill_(1)
+    assert torch.allclose(out, ref(second))
+
+
+def test_hpu_kernels_refuse_out_of_range_positions(emu):
+    """FusedRoPE gathers cos/sin rows by position_ids with no bounds check on a Gaudi: the emulator raises."""
+    from optimum_uag.testing.hpu_emulator import apply_rotary_pos_emb
+
+    x, table = torch.ones(1, 1, 2, 4), torch.ones(8, 4)
+    apply_rotary_pos_emb(x, table, table, torch.tensor([[6, 7]]))
+    with pytest.raises(IndexError, match="does not check bounds"):
+        apply_rotary_pos_emb(x, table, table, torch.tensor([[7, 8]]))

@@ -1,6 +1,7 @@
 """Gaudi (Optimum Habana) integration: static token_idx caches, HPU graphs, lazy mode, FP8 quantization."""
 from __future__ import annotations
 
+from .device import free_caches
 from .options import GaudiOptions, pop_gaudi_options
 from .runner import GaudiModelRunner, cache_mechanism
 
@@ -79,5 +80,5 @@ def enable() -> None:
     patch.enable()
 
 
-__all__ = ["GaudiModelRunner", "GaudiOptions", "adapt", "cache_mechanism", "check_versions", "enable",
+__all__ = ["GaudiModelRunner", "GaudiOptions", "adapt", "cache_mechanism", "check_versions", "enable", "free_caches",
            "pop_gaudi_options"]

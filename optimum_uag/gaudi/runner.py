@@ -141,7 +141,10 @@ class GaudiModelRunner:
         self.dtype = model.dtype
         self._restore: list = []
         self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
-        self._features: dict = {}
+        # feature buffers, per block shape, kept with the pooled cache: a graph captured in an earlier call
+        # writes into the buffer that existed at its capture
+        self._features: dict = model_state(model).setdefault("feature_buffers", {}).setdefault(
+            (self.mechanism, batch_size, self.columns, model.dtype), {})
         self._feature_target = None
         self._allocate()
         limit = getattr(text_config_of(model), "max_position_embeddings", None)
@@ -149,7 +152,11 @@ class GaudiModelRunner:
             # as upstream's generate() before decoding: a RoPE table for the whole width, built here and not
             # inside a forward (a lazy graph or an HPU-graph capture)
             model.update_sincos_cache(seq_len=self.columns)
-        self.call = hpu.graph_wrapped(model) if hpu_graphs else model
+        if hpu_graphs:  # our own wrapped step, kept with the pooled cache it reads (never the user's model)
+            key = (self.mechanism, self.batch_size, self.columns, self.dtype)
+            self.call = hpu.graph_step(model, key, self.past if self.mechanism == "token_idx" else None)
+        else:
+            self.call = hpu.GraphStep(model, self.past if self.mechanism == "token_idx" else None)
 
     def _allocate(self) -> None:
         """KV tensors for (batch, columns): the pooled ones of an earlier call of this shape, else new ones.
@@ -185,6 +192,7 @@ class GaudiModelRunner:
         # the same tuple every call: an HPU graph copies its `past` input into the captured one, which must
         # therefore be this very tuple (a new one per call would overwrite the live cache with a stale copy)
         self.past = pool[key]
+        self.cache_shapes = None
 
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache)."""
@@ -345,7 +353,7 @@ class GaudiModelRunner:
             return out
         mask = torch.zeros(batch, self.columns + 1, dtype=torch.long, device=self.device)
         mask[:, : self.columns] = self._visible(slots)[:, 0].long()
-        return self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=self.past,
+        return self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, with_past=True,
                          token_idx=columns + 1, use_cache=True, **extra)
 
 
@@ -387,7 +395,15 @@ class PlainModelOnGaudi:
 def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target", *, options):
     """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the runner
     its capability probe picks (a plain transformers model), run outside HPU graphs."""
-    if cache_mechanism(model) is None:
+    mechanism = cache_mechanism(model)
+    if mechanism == "token_idx" and role == "target":
+        raise ValueError(
+            f"{type(model).__name__} (optimum-habana's token_idx class) cannot be the target of assisted generation "
+            "on Gaudi: its attention builds a causal mask only for a block without a past, so verifying K draft "
+            "tokens takes K+1 sequential forwards and can only be slower than generate() without a draft. Use it "
+            "as the assistant_model, or a target whose optimum-habana class has a reuse_cache KV cache (Llama, "
+            "Mistral, Mixtral, Qwen2, Qwen3, Gemma, Falcon, Phi, ...), or run this target without assistant_model")
+    if mechanism is None:
         # (no prepacked CPU kernels: the model runs on the HPU's own; runners/packed.py is a CPU path)
         return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role, packed=False),
                                  options.lazy_mode)

@@ -30,9 +30,11 @@ import enum
 import functools
 import importlib
 import importlib.machinery
+import os
 import subprocess
 import sys
 import types
+import weakref
 from collections import defaultdict
 
 import torch
@@ -43,7 +45,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 EMULATED_SYNAPSE_VERSION = "1.24.0"
 _PROBE = "pip list | grep habana-torch-plugin"
 _ACTIVE: list["HPUEmulator"] = []
-_GRAPH_CACHES: list[dict] = []  # the graph cache of every wrapped module
+_WRAPPED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()  # every wrapped module (clear_graphs)
 
 
 _MODULES: dict[str, types.ModuleType] = {}  # built once: optimum-habana binds them at import time
@@ -106,12 +108,21 @@ def apply_rotary_pos_emb(x, cos, sin, position_ids=None, offset=0, mode=RotaryPo
         # optimum-habana passes the table as (1, 1, S, D) (apply_customized_rope_module) or (S, D): index positions
         while cos.dim() > 2 and cos.shape[0] == 1:
             cos, sin = cos[0], sin[0]
+        _check_index("FusedRoPE position_ids", position_ids, cos.shape[0])
         cos, sin = cos[position_ids], sin[position_ids]
         if cos.dim() == 3 and x.dim() == 4:  # (B, L, D) -> (B, 1, L, D)
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     if mode != RotaryPosEmbeddingMode.BLOCKWISE:
         raise NotImplementedError("the emulator implements blockwise RoPE only")
     return x * cos + _rotate_half(x) * sin
+
+
+def _check_index(what: str, index: torch.Tensor, size: int) -> None:
+    """HPU kernels gather without a bounds check (an out-of-range index reads whatever lies there): the emulator
+    raises instead, so that a test sees what would be silent garbage on a Gaudi."""
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
+        raise IndexError(f"{what} out of range: [{int(index.min())}, {int(index.max())}] for a table of {size} "
+                         "rows (an HPU kernel does not check bounds: garbage values on a Gaudi)")
 
 
 class _RotaryHelper(torch.autograd.Function):
@@ -190,7 +201,9 @@ def user_input_tensors(inputs) -> list[torch.Tensor]:
 
 
 def copy_to(dst, src) -> None:
-    """habana's copy_to: refill the captured inputs from a replay's inputs (types must match)."""
+    """habana's copy_to: refill the captured inputs from a replay's inputs (types must match). Like habana's, it
+    copies a tensor onto itself when the replay passes the captured tensor again (a full memory copy on a Gaudi:
+    counted in ``emulator.self_copy_bytes``, not performed)."""
     if type(dst) is not type(src):
         raise AssertionError(f"HPU graph replay: input type changed from {type(dst).__name__} to {type(src).__name__}")
     if isinstance(dst, dict):
@@ -200,7 +213,12 @@ def copy_to(dst, src) -> None:
     elif isinstance(dst, (list, tuple)):
         for d, v in zip(dst, src):
             copy_to(d, v)
-    elif torch.is_tensor(dst) and dst is not src:
+    elif torch.is_tensor(dst):
+        if dst is src or (dst.data_ptr() == src.data_ptr() and dst.shape == src.shape and dst.stride() == src.stride()):
+            emulator = _current()
+            if emulator is not None:
+                emulator.self_copy_bytes += dst.numel() * dst.element_size()
+            return
         dst.copy_(src)
 
 
@@ -243,28 +261,31 @@ class _Graph:
         flat, self.out_spec = tree_flatten(outputs)
         self.out_refs = [recorder._ref(v) for v in flat]
 
-    def replay(self) -> None:
+    def replay(self, substitute: dict | None = None) -> None:
         results: list = []
         for func, refs, spec in self.ops:
-            args, kwargs = tree_unflatten([_resolve(r, results) for r in refs], spec)
+            args, kwargs = tree_unflatten([_resolve(r, results, substitute) for r in refs], spec)
             results.append(tree_flatten(func(*args, **kwargs))[0])
         for captured, ref in zip(tree_flatten(self.outputs)[0], self.out_refs):
             if isinstance(captured, torch.Tensor) and ref[0] == "tape":
                 captured.copy_(results[ref[1]][ref[2]])
 
 
-def _resolve(ref, results):
+def _resolve(ref, results, substitute=None):
     kind = ref[0]
     if kind == "tape":
         return results[ref[1]][ref[2]]
+    if substitute and kind == "ext":
+        return substitute.get(id(ref[1]), ref[1])
     return ref[1]
 
 
 def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dry_run=False, max_graphs=None,
                       verbose=False):
-    """habana's wrap_in_hpu_graph on CPU: capture once per input_hash, replay a recorded tape (see above)."""
-    if getattr(module, "_hpu_graph_cache", None) is not None:
-        return module
+    """habana's wrap_in_hpu_graph on CPU: capture once per input_hash, replay a recorded tape (see above).
+
+    Like habana's, it has no already-wrapped guard: wrapping a wrapped module wraps its wrapper, and its first
+    call then starts a capture inside a capture, which the emulator refuses (RuntimeError)."""
     original = module.forward
     cache: dict[int, _Graph] = {}
 
@@ -275,6 +296,13 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
         emulator = _current()
         if emulator is None:
             return original(*args, **kwargs)
+        if emulator._capturing:
+            raise RuntimeError(f"HPU graph: {emulator.name_of(module)} was called inside another module's capture "
+                               "(a capture or replay nested in a capture: wrap_in_hpu_graph was applied twice, "
+                               "habana's wrapper has no guard against it)")
+        # as habana's: the environment variable, when set, overrides the argument, per call
+        env = os.environ.get("PT_HPUGRAPH_DISABLE_TENSOR_CACHE")
+        no_tensor_cache = disable_tensor_cache if env is None else env == "1"
         inputs = (args, kwargs)
         key = input_hash(inputs)
         graph = cache.get(key)
@@ -286,25 +314,34 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
                 k: (tuple(v.shape), tuple(v.stride()), v.storage_offset()) for k, v in kwargs.items()
                 if isinstance(v, torch.Tensor)} | {k: repr(v)[:40] for k, v in kwargs.items() if not isinstance(v, (torch.Tensor, tuple, list))}))
             recorder = _Recorder()
-            with recorder:
-                outputs = original(*args, **kwargs)
+            emulator._capturing += 1
+            try:
+                with recorder:
+                    outputs = original(*args, **kwargs)
+            finally:
+                emulator._capturing -= 1
             cache[key] = _Graph(recorder, inputs, outputs)
             recorder.alive.clear()
             return outputs
-        copy_to(graph.inputs, inputs)
+        substitute = None
+        if no_tensor_cache:
+            # replayV3(input list): the graph reads this call's input tensors; the captured ones are not refilled
+            substitute = {id(old): new for old, new in zip(user_input_tensors(graph.inputs),
+                                                           user_input_tensors(inputs))}
+        else:
+            copy_to(graph.inputs, inputs)
         emulator._replaying += 1
         try:
             with torch.no_grad():
-                graph.replay()
+                graph.replay(substitute)
         finally:
             emulator._replaying -= 1
         emulator.replays[emulator.name_of(module)] += 1
         return graph.outputs
 
     module.forward = forward
-    module._hpu_graph_cache = cache
     module.clear_cache = cache.clear
-    _GRAPH_CACHES.append(cache)
+    _WRAPPED.add(module)
     return module
 
 
@@ -322,6 +359,8 @@ class HPUEmulator(contextlib.AbstractContextManager):
         self.replays: dict[str, int] = defaultdict(int)
         self.names: dict[int, str] = {}
         self._replaying = 0
+        self._capturing = 0
+        self.self_copy_bytes = 0  # bytes habana's copy_to would copy onto themselves (a captured input passed again)
         self._saved_modules: dict[str, types.ModuleType | None] = {}
         self._saved_run = None
 
@@ -332,11 +371,12 @@ class HPUEmulator(contextlib.AbstractContextManager):
         self.captures.clear()
         self.capture_log.clear()
         self.replays.clear()
+        self.self_copy_bytes = 0
         if self._lazy is not None:
             self._lazy.ops, self._lazy.graphs = [], set()
         if clear_graphs:
-            for cache in _GRAPH_CACHES:
-                cache.clear()
+            for module in list(_WRAPPED):
+                module.clear_cache()
 
     @property
     def lazy_graphs(self) -> int:
@@ -358,7 +398,11 @@ class HPUEmulator(contextlib.AbstractContextManager):
             self._lazy = previous
 
     def name_of(self, module) -> str:
-        return self.names.get(id(module), type(module).__name__)
+        name = self.names.get(id(module))
+        owner = getattr(module, "_model", None)  # optimum-uag's GraphStep: reported under its model's name
+        if name is None and isinstance(owner, weakref.ref) and owner() is not None:
+            name = self.names.get(id(owner()))
+        return name or type(module).__name__
 
     def name(self, module, name: str) -> None:
         """Report the captures of `module` under `name` (e.g. "target", "assistant")."""
