@@ -55,6 +55,72 @@ def shard(model, dtype: torch.dtype, what: str = "model"):
     return engine.module
 
 
+# optimum-habana's checkpoint_utils.model_on_meta: the architectures its run_generation.py builds on the meta device
+# for a multi-card run (DeepSpeed AutoTP then loads each rank's shard from the checkpoint files)
+META_MODEL_TYPES = ("bloom", "llama", "falcon", "mixtral", "qwen2")
+
+
+def checkpoint_files(path: str) -> list[str]:
+    """A local model directory's weight files, as optimum-habana's get_checkpoint_files lists them (.bin files if
+    any, else .safetensors); [] when there are none."""
+    from pathlib import Path
+
+    files = sorted(str(f.resolve()) for f in Path(path).glob("*.bin") if f.name.startswith("pytorch_model"))
+    return files or sorted(str(f.resolve()) for f in Path(path).glob("*.safetensors"))
+
+
+def load_on_meta(path: str, dtype: torch.dtype, model_kwargs: dict, device: torch.device):
+    """Multi-card: the model built on the meta device and sharded by DeepSpeed AutoTP straight from its checkpoint
+    files, as optimum-habana's setup_distributed_model does (no rank holds the whole model in host memory: a 70B
+    target on 8 cards needs its own shard per rank, not 8 x 140 GB). None where that does not apply (another
+    architecture, a Hub id, no weight files): then the caller loads on the CPU and shards."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import deepspeed
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if world_size() < 2 or not Path(path).is_dir() or not checkpoint_files(path):
+        return None
+    config_kwargs = {k: v for k, v in model_kwargs.items() if k in ("revision", "token", "trust_remote_code")}
+    config = AutoConfig.from_pretrained(path, **config_kwargs)
+    if config.model_type not in META_MODEL_TYPES:
+        return None
+    with deepspeed.OnDevice(dtype=dtype, device="meta"):
+        model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype,
+                                                 trust_remote_code=config_kwargs.get("trust_remote_code", False))
+    model = model.eval()
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"type": "ds_model", "checkpoints": checkpoint_files(path), "version": 1.0}, f)
+    try:
+        engine = deepspeed.init_inference(model, tensor_parallel={"tp_size": world_size()}, dtype=dtype,
+                                          replace_with_kernel_inject=False, checkpoint=f.name)
+    finally:
+        os.remove(f.name)
+    module = engine.module
+    _materialize_buffers(module, device)
+    return module.to(device)
+
+
+def _materialize_buffers(model, device) -> None:
+    """Buffers a checkpoint does not hold (RoPE's inv_freq, computed at construction) are still on the meta device
+    after AutoTP's loading: recompute them by re-running each such module's rotary-embedding initialisation."""
+    for module in model.modules():
+        meta = [name for name, b in module.named_buffers(recurse=False) if b.is_meta]
+        if not meta:
+            continue
+        if hasattr(module, "rope_init_fn") and hasattr(module, "config"):  # transformers' *RotaryEmbedding
+            inv_freq, scaling = module.rope_init_fn(module.config, device)
+            module.register_buffer("inv_freq", inv_freq, persistent=False)
+            module.original_inv_freq = inv_freq
+            module.attention_scaling = scaling
+            meta.remove("inv_freq")
+        if meta:
+            raise ValueError(f"{type(module).__name__} keeps buffers {meta} on the meta device after loading the "
+                             "checkpoint; load this model on the CPU (it will be sharded from there)")
+
+
 def stop_agreement():
     """Multi-card: a function that makes rank 0's stopping decision of a round every rank's (EOS is the same on
     every rank, but stop strings, max_time and user criteria are evaluated per rank: wall-clock time differs, and a

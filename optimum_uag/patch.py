@@ -7,7 +7,8 @@ from transformers.generation.utils import GenerationMixin
 
 from .engine import assisted_generate
 
-_ORIGINAL = {"generate": None}
+_ORIGINAL: dict = {}  # class -> the generate() optimum-uag wrapped in it
+_EXTRA: list = []  # classes besides GenerationMixin whose own generate() is routed (see enable)
 _LAST = {"metrics": None}
 
 
@@ -45,24 +46,33 @@ def _make_generate(original):
         return out if wants_dict else out.sequences
 
     generate._optimum_uag = True
+    generate._original = original
     return generate
 
 
-def enable() -> None:
+def enable(*classes) -> None:
     """Make `model.generate(..., assistant_model=...)` (and prompt lookup) use optimum-uag. Idempotent, and it
-    holds whatever replaced generate() since (optimum-habana's adapt_transformers_to_gaudi() puts its own back)."""
-    current = GenerationMixin.generate
-    if getattr(current, "_optimum_uag", False):
-        return
-    _ORIGINAL["generate"] = current
-    GenerationMixin.generate = _make_generate(current)
+    holds whatever replaced generate() since (optimum-habana's adapt_transformers_to_gaudi() puts its own back).
+
+    `classes`: more classes whose own generate() is routed too, and stays routed for later calls (optimum-habana's
+    GaudiGenerationMixin: Baichuan, ChatGLM and MiniCPM3 inherit it directly, so GenerationMixin's is not theirs)."""
+    for cls in classes:
+        if cls not in _EXTRA:
+            _EXTRA.append(cls)
+    for cls in (GenerationMixin, *_EXTRA):
+        current = cls.__dict__.get("generate")
+        if current is None or getattr(current, "_optimum_uag", False):
+            continue
+        _ORIGINAL[cls] = current
+        cls.generate = _make_generate(current)
 
 
 def disable() -> None:
-    """Restore the generate() optimum-uag wrapped. Idempotent."""
-    if getattr(GenerationMixin.generate, "_optimum_uag", False) and _ORIGINAL["generate"] is not None:
-        GenerationMixin.generate = _ORIGINAL["generate"]
-    _ORIGINAL["generate"] = None
+    """Restore every generate() optimum-uag wrapped. Idempotent."""
+    for cls, original in _ORIGINAL.items():
+        if getattr(cls.__dict__.get("generate"), "_optimum_uag", False):
+            cls.generate = original
+    _ORIGINAL.clear()
 
 
 def is_enabled() -> bool:
@@ -73,7 +83,7 @@ def is_enabled() -> bool:
 def unwrapped_generate():
     """The generate() underneath optimum-uag's routing (transformers' or optimum-habana's)."""
     current = GenerationMixin.generate
-    return _ORIGINAL["generate"] if getattr(current, "_optimum_uag", False) else current
+    return getattr(current, "_original", current)
 
 
 def last_metrics():

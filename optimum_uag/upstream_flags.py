@@ -8,9 +8,8 @@ import argparse
 NO_OPS = {
     "flash_attention_causal_mask": ({}, "optimum-uag always passes its own mask (a verify block is not a lone prompt)"),
     "trim_logits": ({}, "the engine keeps only the logits it needs"),
-    "limit_hpu_graphs": ({}, "the shapes are already bounded"),
-    "bucket_internal": ({}, "the caches are allocated once"),
-    "clear_hpu_graphs_cache": ({}, "graphs are kept for the whole run (their number is bounded)"),
+    "bucket_internal": ({}, "optimum-habana's models slice the cache (cache_idx) for one-token queries only; a "
+                            "verify block attends over the whole cache, whose width is the request's (see --bucket_size)"),
     "show_graphs_count": ({}, "results.json always reports graph_captures"),
     "verbose_workers": ({}, "only rank 0 reports"),
     "reduce_recompile": ({}, "prompts are bucketed already"),
@@ -27,6 +26,10 @@ NO_OPS = {
 
 # flag: (argparse kwargs, what it does): passed to optimum-uag's target forwards as to the target-only baseline
 APPLIED = {
+    "limit_hpu_graphs": ({}, "Gaudi: HPU graphs skip the prompt's forward (no capture per prompt shape), for "
+                             "optimum-uag's models as for the target-only baseline"),
+    "clear_hpu_graphs_cache": ({}, "Gaudi, with --limit_hpu_graphs: HPU graphs are dropped at the end of each "
+                                   "generate() call"),
     "attn_softmax_bf16": ({}, "Gaudi: attention softmax in bf16 (eager attention), for optimum-uag's target forwards "
                               "as for the target-only baseline"),
     "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None),

@@ -691,3 +691,152 @@ def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_m
                                 num_assistant_tokens=3, **GAUDI)
         assert torch.equal(out.sequences, plain["greedy4"])
         assert out.metrics.accepted_tokens == plain["feature_accepted"][4]
+
+
+# ---------------------------------------------- optimum-habana's run_generation.py through our engine (finding 4)
+@pytest.mark.parametrize("flags", [[], ["--limit_hpu_graphs", "--bucket_internal", "--bucket_size", "16"]],
+                         ids=["graphs", "no-tensor-cache"])
+def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags):
+    """`python -m optimum_uag.gaudi.launch SCRIPT` runs a script making run_generation.py's calls in its order
+    (setup_env's adapt_transformers_to_gaudi() after our enable(), both models wrapped in HPU graphs, upstream's
+    generation config and generate() arguments, batch 2); generate(assistant_model=...) reaches our engine and
+    equals optimum-habana's own target-only generate(). With --limit_hpu_graphs --bucket_internal upstream's
+    setup_env sets PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1."""
+    import json
+    import subprocess
+    import sys
+
+    from optimum_uag import embedded_models
+
+    paths = embedded_models()
+    here = Path(__file__).parent
+    out = tmp_path / "report.json"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PT_HPUGRAPH_DISABLE_TENSOR_CACHE"}
+    done = subprocess.run([sys.executable, str(here / "emulated_launch.py"), str(here / "upstream_calls.py"),
+                           "--model_name_or_path", str(paths["target"]), "--assistant_model",
+                           str(paths["assistant_same_tokenizer"]), "--batch_size", "2", "--use_hpu_graphs",
+                           "--output", str(out), *flags], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["routed"] and report["target_calls"] < 24
+    assert report["sequences"] == report["reference"] and len(report["sequences"]) == 2
+    assert report["first_token_time"] > 0 and report["captures"]["GraphStep"] > 0
+
+
+def test_launcher_usage_errors(tmp_path):
+    from optimum_uag.gaudi.launch import main
+
+    assert main([]) == 2
+    assert main([str(tmp_path / "missing.py")]) == 2
+
+
+def test_routing_holds_when_upstream_adapts_again_and_for_direct_mixin_classes(plain, emu, gaudi_models):
+    """Finding 4: upstream's setup_env calls adapt_transformers_to_gaudi() (GenerationMixin.generate =
+    GaudiGenerationMixin.generate) after our enable(); Baichuan, ChatGLM and MiniCPM3 inherit GaudiGenerationMixin
+    directly, so GenerationMixin's generate() is not theirs. Both reach the engine."""
+    from optimum.habana.transformers.generation import GaudiGenerationMixin
+    from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+
+    from optimum_uag import patch
+
+    target, draft = gaudi_models["target"], gaudi_models["assistant_same_tokenizer"]
+    adapt_transformers_to_gaudi()
+    patch._LAST["metrics"] = None
+    out = target.generate(plain["ids4"], attention_mask=plain["mask4"], assistant_model=draft, max_new_tokens=24,
+                          do_sample=False, lazy_mode=True, hpu_graphs=True)
+    assert torch.equal(out, plain["greedy4"]) and patch.last_metrics() is not None
+
+    direct_class = type("DirectMixinLlama", (type(target), GaudiGenerationMixin), {})
+    assert direct_class.generate is GaudiGenerationMixin.__dict__["generate"]  # MRO: not GenerationMixin's
+    direct = _fresh(target)
+    direct.__class__ = direct_class
+    patch._LAST["metrics"] = None
+    out = direct.generate(plain["ids4"], attention_mask=plain["mask4"], assistant_model=draft, max_new_tokens=24,
+                          do_sample=False, lazy_mode=True, hpu_graphs=True)
+    assert torch.equal(out, plain["greedy4"]) and patch.last_metrics() is not None
+
+
+def test_limit_and_clear_hpu_graphs_and_bucket_size_are_honoured(plain, emu, gaudi_models):
+    """Finding 7: upstream's limit_hpu_graphs runs the prompt's forward outside graphs (_get_hpu_graphs_kwargs:
+    bypass_hpu_graphs for the first token), clear_hpu_graphs_cache drops the graphs at the end of the call, and
+    bucket_size sets the cache width's multiple (else a power of two)."""
+    from optimum_uag.engine import loop
+    from optimum_uag.gaudi.runner import GaudiModelRunner
+
+    target, draft = _fresh(gaudi_models["target"]), gaudi_models["assistant_same_tokenizer"]
+    emu.name(target, "limited")
+
+    def run(**knobs):
+        emu.reset_counters()
+        out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False,
+                                **GAUDI, **knobs)
+        assert torch.equal(out.sequences, plain["greedy4"])
+        return emu.captures.get("limited", 0)
+
+    plain_captures = run()
+    target_free = _fresh(gaudi_models["target"])
+    emu.name(target_free, "limited")
+    target = target_free
+    limited = run(limit_hpu_graphs=True)
+    assert limited == plain_captures - 1  # the prompt's graph is not captured
+    assert run(limit_hpu_graphs=True) == 0  # graphs kept across calls ...
+    assert run(limit_hpu_graphs=True, clear_hpu_graphs_cache=True) == 0
+    assert run(limit_hpu_graphs=True) == limited  # ... until clear_hpu_graphs_cache dropped them
+
+    runner = GaudiModelRunner(_fresh(gaudi_models["target"]), 2, 100, torch.zeros(2, dtype=torch.long),
+                              bucket_size=48)
+    assert runner.columns == 192  # 100 + 64 -> three buckets of 48 (a power of two would be 256)
+    with pytest.raises(ValueError, match="bucket_size must be an int"):
+        assisted_generate(target, draft, plain["ids1"], plain["mask1"], max_new_tokens=4, bucket_size="16", **GAUDI)
+    assert loop is not None
+
+
+@pytest.mark.parametrize("arch", ["llama", "neox"])
+def test_compaction_and_prefill_copy_on_fp8_kv_caches(emu, arch):
+    """Finding 13: under INC's FP8 quantization the KV caches are float8_e4m3fn; our compaction (a gather) and the
+    token_idx prefill copy (index_copy_) move their bits (a uint8 view): bit-identical to doing it in fp32 and
+    converting, where gather / index_copy_ on float8 are not even implemented (CPU)."""
+    from optimum_uag.gaudi import GaudiModelRunner
+    from optimum_uag.gaudi.runner import _kv_caches, _live
+
+    fp8 = torch.float8_e4m3fn
+    model = tiny_llama(50, 3, layers=2, hidden=32) if arch == "llama" else tiny_neox(50, 3, hidden=32)
+    model = _gaudi_copy(model.config, model.state_dict())
+    pad = torch.tensor([0, 2])
+    runner = GaudiModelRunner(model, 2, 24, pad, lazy_mode=True, columns=30)
+    gen = torch.Generator().manual_seed(1)
+    runner.forward(torch.randint(1, 50, (2, 6), generator=gen), torch.zeros(2, dtype=torch.long))
+    for start in ([6, 8], [5, 7], [7, 6], [6, 9]):
+        runner.forward(torch.randint(1, 50, (2, 1), generator=gen), torch.tensor(start))
+
+    def tensors():
+        if arch == "llama":
+            return [_live(c).cache for pair in _kv_caches(model) for c in pair]
+        return [t for pair in runner.past for t in pair]
+
+    def set_tensors(new):
+        if arch == "llama":
+            for module, tensor in zip([_live(c) for pair in _kv_caches(model) for c in pair], new):
+                module.cache = tensor
+        else:
+            runner.past = tuple(zip(new[::2], new[1::2]))
+
+    full, slots = [t.clone() for t in tensors()], runner.slot_of.clone()
+    set_tensors([t.to(fp8) for t in full])
+    runner._compact()
+    got = [t.view(torch.uint8).clone() for t in tensors()]
+    assert all(t.dtype == fp8 for t in tensors())
+    set_tensors(full)
+    runner.slot_of = slots
+    runner._compact()
+    assert all(torch.equal(g, t.to(fp8).view(torch.uint8)) for g, t in zip(got, tensors()))
+    if arch == "neox":  # the prefill is copied into a caller-allocated cache: an fp8 one too
+        prompt = torch.randint(1, 50, (2, 6), generator=gen)
+        fresh = GaudiModelRunner(model, 2, 24, pad, lazy_mode=True, columns=32)
+        fresh.forward(prompt, torch.zeros(2, dtype=torch.long))
+        reference = [t.clone() for pair in fresh.past for t in pair]
+        fp8_runner = GaudiModelRunner(model, 2, 24, pad, lazy_mode=True, columns=40)
+        fp8_runner.past = tuple((k.to(fp8), v.to(fp8)) for k, v in fp8_runner.past)
+        fp8_runner.forward(prompt, torch.zeros(2, dtype=torch.long))
+        for ref, got in zip(reference, [t for pair in fp8_runner.past for t in pair]):
+            assert torch.equal(got[:, :, :16].view(torch.uint8), ref[:, :, :16].to(fp8).view(torch.uint8))

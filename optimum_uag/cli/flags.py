@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--use_hpu_graphs", action="store_true", help="Gaudi: wrap both models in HPU graphs")
     p.add_argument("--reuse_cache", action="store_true", help="Gaudi: preallocated KV caches")
     p.add_argument("--bucket_size", type=int, default=-1,
-                   help="Gaudi: optimum-habana's bucketed KV cache, applied to the target-only baseline (optimum-uag's "
-                        "caches are static; its prompts are bucketed by 16)")
+                   help="Gaudi: optimum-habana's bucketed KV cache for the target-only baseline; optimum-uag's static "
+                        "caches get widths that are multiples of it (else powers of two)")
     p.add_argument("--load_quantized_model_with_inc", action="store_true",
                    help="Gaudi: load a checkpoint already quantized to FP8 with INC")
     # optimum-habana's attention / graph knobs, so its command lines run unchanged

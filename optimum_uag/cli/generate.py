@@ -31,6 +31,7 @@ class Setup:
     drafts: dict = field(default_factory=dict)  # row name -> (draft, its tokenizer or None, path)
     notes: list = field(default_factory=list)
     world_size: int = 1
+    target_on_meta: bool = False  # multi-card: built on meta, each rank loaded its shard (optimum-habana's way)
     gaudi_call: dict = field(default_factory=dict)  # generate() arguments of optimum-habana (both loops)
     gaudi_kwargs: dict = field(default_factory=dict)  # Gaudi options of optimum-uag's loop
     baseline_config: object = None
@@ -80,8 +81,14 @@ def load_models(args, notes: list) -> Setup:
     if args.load_quantized_model_with_inc:
         setup.model, setup.tokenizer, setup.target_path = load_inc_quantized(args.model_name_or_path, setup.device, args)
     else:
+        on_meta = None
+        if ws > 1 and not getattr(args, "gguf_file", None):
+            def on_meta(path, model_kw):  # as optimum-habana: built on meta, each rank loads only its shard
+                model = distributed.load_on_meta(path, dtype, model_kw, setup.device)
+                setup.target_on_meta = model is not None
+                return model
         setup.model, setup.tokenizer, setup.target_path = load(args.model_name_or_path, "target", load_device, dtype,
-                                                               args)
+                                                               args, on_meta=on_meta)
     if not args.no_assistant and (not args.prompt_lookup_num_tokens or args.assistant_model_given):
         setup.drafts["optimum_uag"] = _load_draft(args, args.assistant_model, load_device, dtype)
     if not args.no_assistant and args.uag_assistant_model:
@@ -124,7 +131,8 @@ def _load_draft(args, path, device, dtype):
 
 def _shard(setup: Setup, dtype) -> None:
     try:
-        setup.model = distributed.shard(setup.model, dtype, "target")
+        if not setup.target_on_meta:  # (else already sharded while loading)
+            setup.model = distributed.shard(setup.model, dtype, "target")
         for name, (draft, tok, path) in list(setup.drafts.items()):
             if setup.args.shard_assistant and hasattr(draft, "generation_config"):
                 draft = distributed.shard(draft, dtype, "assistant")
@@ -146,7 +154,9 @@ def prepare_gaudi(setup: Setup) -> None:
     setup.gaudi_kwargs = dict(ignore_eos=args.ignore_eos, use_flash_attention=args.use_flash_attention,
                               flash_attention_recompute=args.flash_attention_recompute, static_shapes=True,
                               reuse_cache=True, attn_softmax_bf16=args.attn_softmax_bf16,
-                              flash_attention_fast_softmax=bool(args.flash_attention_fast_softmax))
+                              flash_attention_fast_softmax=bool(args.flash_attention_fast_softmax),
+                              bucket_size=args.bucket_size, limit_hpu_graphs=args.limit_hpu_graphs,
+                              clear_hpu_graphs_cache=args.clear_hpu_graphs_cache)
     setup.baseline_config = upstream_generation_config(setup.model, args)
     models = [("target", setup.model)] + [("assistant", d) for d, _, _ in setup.drafts.values()
                                           if hasattr(d, "generation_config")]

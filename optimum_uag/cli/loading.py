@@ -107,8 +107,9 @@ def _is_smollm2(path: str) -> bool:
         return False
 
 
-def load(path: str | None, default: str, device, dtype, args=None):
-    """Model + left-padding tokenizer from a local directory or a Hub id (from_pretrained's own arguments)."""
+def load(path: str | None, default: str, device, dtype, args=None, on_meta=None):
+    """Model + left-padding tokenizer from a local directory or a Hub id (from_pretrained's own arguments).
+    `on_meta(path, model_kwargs)`: a multi-card loader that returns the sharded model, or None to load here."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..models import embedded_models
@@ -130,7 +131,9 @@ def load(path: str | None, default: str, device, dtype, args=None):
              f"it where there is a network (huggingface-cli download {path} --local-dir DIR) and pass DIR, or pass a "
              "local directory")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **model_kw).to(device).eval()
+        model = on_meta(path, model_kw) if on_meta is not None else None
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(path, **model_kw).to(device).eval()
         tokenizer = AutoTokenizer.from_pretrained(path, **tok_kw)
     except (OSError, ValueError, ImportError) as exc:
         if local:

@@ -79,6 +79,7 @@ def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
     if setup.world_size > 1:  # every rank decoded the same tokens (sharded target, replicated draft, same seed)
         report["ranks_agree"] = distributed.ranks_agree(rows[main].last)
         report["assistant_sharded"] = bool(args.shard_assistant)
+        report["target_loaded_on_meta"] = setup.target_on_meta
     report["output_ids"] = [row[encoded[-1]["input_ids"].shape[1]:] for row in rows[main].last.tolist()]
     report["sample_text"] = setup.tokenizer.decode(report["output_ids"][0], skip_special_tokens=True)
     return report

@@ -60,7 +60,8 @@ def adapt() -> None:
 
     from .. import patch
 
-    if patch.unwrapped_generate() is GaudiGenerationMixin.generate:
+    own = GaudiGenerationMixin.__dict__["generate"]
+    if patch.unwrapped_generate() is getattr(own, "_original", own):  # adapted already (maybe routed since)
         return
     was_enabled = patch.is_enabled()
     patch.disable()
@@ -70,14 +71,19 @@ def adapt() -> None:
 
 
 def enable() -> None:
-    """adapt_transformers_to_gaudi() (if not done yet), then route generate(assistant_model=...) to optimum-uag."""
+    """adapt_transformers_to_gaudi() (if not done yet), then route generate(assistant_model=...) to optimum-uag;
+    it holds if adapt_transformers_to_gaudi() runs again later (optimum-habana's run_generation.py calls it)."""
     from .. import patch
     from ..runners import register_plan_hook
     from .runner import gaudi_plan
 
+    from optimum.habana.transformers.generation import GaudiGenerationMixin
+
     adapt()
     register_plan_hook(gaudi_plan)  # the engine asks registered backends first; it never imports this package
-    patch.enable()
+    # GaudiGenerationMixin's own generate() too: classes inheriting it directly (Baichuan, ChatGLM, MiniCPM3) are
+    # reached, and a later adapt_transformers_to_gaudi() (upstream's setup_env) copies the routed one back
+    patch.enable(GaudiGenerationMixin)
 
 
 __all__ = ["GaudiModelRunner", "GaudiOptions", "adapt", "cache_mechanism", "check_versions", "enable", "free_caches",

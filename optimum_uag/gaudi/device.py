@@ -52,6 +52,7 @@ class GraphStep(torch.nn.Module):
         model = self._model()
         if with_past:
             kwargs["past_key_values"] = self.past
+        kwargs.pop("bypass_hpu_graphs", None)  # (a GraphStep called unwrapped: hpu_graphs=False)
         if is_graph_wrapped(model):
             kwargs["bypass_hpu_graphs"] = True
         return model(**kwargs)
@@ -90,7 +91,7 @@ def is_graph_wrapped(model) -> bool:
 
 def is_gaudi_model(model) -> bool:
     """True for optimum-habana's Gaudi model classes (after adapt_transformers_to_gaudi) or a model on HPU."""
-    if type(model).__module__.startswith("optimum.habana"):
+    if any(cls.__module__.startswith("optimum.habana") for cls in type(model).__mro__):  # or a subclass of one
         return True
     device = getattr(model, "device", None)
     return getattr(device, "type", None) == "hpu"

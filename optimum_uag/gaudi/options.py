@@ -1,7 +1,10 @@
 """optimum-habana's generate() knobs (kwargs and GaudiGenerationConfig fields), read once per call."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+
+_WARNED: list = []  # bucket_internal's warning, once per process
 
 # generate() keyword arguments of GaudiGenerationMixin that are not generation options.
 _CALL_KWARGS = ("lazy_mode", "hpu_graphs", "iteration_times", "profiler", "profiling_warmup_steps", "profiling_steps",
@@ -27,6 +30,9 @@ class GaudiOptions:
     flash_attention_fast_softmax: bool = False  # FusedSDPA's fast softmax mode
     iteration_times: list | None = None  # upstream's generate() fills it: seconds per round (the first from entry)
     profiler: object = None  # upstream's HabanaProfile: start(), step() per round, stop()
+    bucket_size: int = 0  # cache widths are multiples of it (else powers of two)
+    limit_hpu_graphs: bool = False  # the prompt's forward runs outside HPU graphs (upstream: first token bypassed)
+    clear_hpu_graphs_cache: bool = False  # with limit_hpu_graphs: graphs dropped at the end of the call
 
 
 def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptions | None:
@@ -40,12 +46,15 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
 
     sources = (fields, generation_config, getattr(model, "generation_config", None))
 
-    def field(key: str) -> bool:  # a kwarg, else the given generation_config, else the model's
+    def raw(key: str):  # a kwarg, else the given generation_config, else the model's
         for source in sources:
             value = source.get(key) if isinstance(source, dict) else getattr(source, key, None)
             if value is not None:
-                return bool(value)
-        return False
+                return value
+        return None
+
+    def field(key: str) -> bool:
+        return bool(raw(key))
 
     if not is_gaudi_model(model):
         wanted = [key for key in ("lazy_mode", "hpu_graphs") if call.get(key)]
@@ -55,6 +64,11 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
                 "before loading the model; on a machine without Gaudi use optimum_uag.testing.hpu_emulator)"
             )
         return None
+    if field("bucket_internal") and not _WARNED:
+        _WARNED.append(True)
+        warnings.warn("bucket_internal does not apply to optimum-uag's loop: optimum-habana's models slice the cache "
+                      "(cache_idx) for one-token queries only, and a verify block is K+1 tokens; the caches are "
+                      "sized to the request instead (widths a multiple of bucket_size)", stacklevel=3)
     if call.get("hpu_graphs") and not call.get("lazy_mode"):  # upstream's generate() refuses it the same way
         raise ValueError("hpu_graphs=True needs lazy_mode=True (HPU graphs capture lazy-mode graphs), as in "
                          "optimum-habana's generate(); pass lazy_mode=True, or hpu_graphs=False")
@@ -68,4 +82,15 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
         flash_attention_fast_softmax=field("flash_attention_fast_softmax"),
         iteration_times=call.get("iteration_times"),
         profiler=call.get("profiler"),
+        bucket_size=_bucket_size(raw("bucket_size")),
+        limit_hpu_graphs=field("limit_hpu_graphs"),
+        clear_hpu_graphs_cache=field("clear_hpu_graphs_cache"),
     )
+
+
+def _bucket_size(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"bucket_size must be an int (a cache width multiple; -1 or 0 for none), not {value!r}")
+    return max(0, value)

@@ -71,7 +71,20 @@ def text_config_of(model):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _width(needed: int) -> int:
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` itself, or for a 1-byte float (FP8 KV caches under Intel Neural Compressor: float8_e4m3fn) a uint8
+    view of it: moving entries is a bit copy, and gather / index_copy_ are not implemented for float8 everywhere
+    (CPU: "not implemented for 'Float8_e4m3fn'")."""
+    if tensor.dtype.is_floating_point and tensor.element_size() == 1:
+        return tensor.view(torch.uint8)
+    return tensor
+
+
+def _width(needed: int, bucket_size: int = 0) -> int:
+    """Cache width for `needed` columns: a multiple of upstream's bucket_size when one is set, else a power of two
+    (at least 128): either way a bounded set of shapes, hence of graphs."""
+    if bucket_size and bucket_size > 0:
+        return -(-needed // bucket_size) * bucket_size
     return max(128, 1 << (needed - 1).bit_length())
 
 
@@ -106,7 +119,8 @@ class GaudiModelRunner:
     def __init__(self, model, batch_size: int, max_len: int, pad_lengths: torch.Tensor, *, lazy_mode: bool = False,
                  hpu_graphs: bool = False, columns: int | None = None, use_flash_attention: bool = False,
                  flash_attention_recompute: bool = False, attn_softmax_bf16: bool = False,
-                 flash_attention_fast_softmax: bool = False):
+                 flash_attention_fast_softmax: bool = False, bucket_size: int = 0, limit_hpu_graphs: bool = False,
+                 clear_hpu_graphs_cache: bool = False):
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
@@ -118,7 +132,7 @@ class GaudiModelRunner:
         # two; a pooled cache at least this wide is reused (see _allocate): the cache shapes, hence the graphs,
         # depend on neither the exact prompt length nor max_new_tokens
         self.columns = columns or _pooled_width(model, cache_mechanism(model), batch_size, model.dtype,
-                                                _width(max_len + max(64, max_len // 2)))
+                                                _width(max_len + max(64, max_len // 2), bucket_size))
         if self.columns <= max_len:
             raise ValueError(f"columns ({self.columns}) must exceed max_len ({max_len}): compaction needs free columns")
         self.pad = pad_lengths.to(self.device)
@@ -140,6 +154,7 @@ class GaudiModelRunner:
         self.compactions = 0
         self.dtype = model.dtype
         self._restore: list = []
+        self._bypass: dict = {}
         self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
         # feature buffers, per block shape, kept with the pooled cache: a graph captured in an earlier call
         # writes into the buffer that existed at its capture
@@ -152,6 +167,11 @@ class GaudiModelRunner:
             # as upstream's generate() before decoding: a RoPE table for the whole width, built here and not
             # inside a forward (a lazy graph or an HPU-graph capture)
             model.update_sincos_cache(seq_len=self.columns)
+        # upstream's limit_hpu_graphs: the prompt's forward runs outside graphs (no capture per prompt shape);
+        # clear_hpu_graphs_cache (with it): the graphs are dropped at the end of the call
+        self.hpu_graphs = hpu_graphs
+        self.bypass_prefill = hpu_graphs and limit_hpu_graphs
+        self.clear_graphs = hpu_graphs and limit_hpu_graphs and clear_hpu_graphs_cache
         if hpu_graphs:  # our own wrapped step, kept with the pooled cache it reads (never the user's model)
             key = (self.mechanism, self.batch_size, self.columns, self.dtype)
             self.call = hpu.graph_step(model, key, self.past if self.mechanism == "token_idx" else None)
@@ -195,7 +215,10 @@ class GaudiModelRunner:
         self.cache_shapes = None
 
     def close(self) -> None:
-        """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache)."""
+        """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache); drop
+        the graphs when upstream's clear_hpu_graphs_cache asks it."""
+        if self.clear_graphs:
+            self.call.clear_cache()
         if self._norm_hook is not None:
             self._norm_hook.remove()
             self._norm_hook = None
@@ -214,8 +237,9 @@ class GaudiModelRunner:
         order = key.argsort(dim=1, stable=True)
         self.slot_of = self.slot_of.gather(1, order)
         for tensor in self._tensors():
+            bits = _bits(tensor)
             index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[-1])
-            tensor.copy_(tensor.gather(2, index))
+            bits.copy_(bits.gather(2, index))
         self.write = self.max_len  # live slots are < max_len, so columns max_len.. are free
         self.write_t.fill_(self.max_len)
         self.compactions += 1
@@ -264,6 +288,7 @@ class GaudiModelRunner:
         tokens = tokens.clone(memory_format=torch.contiguous_format)  # standard strides: one view hash per shape
         if hidden:
             self._feature_buffer(batch, length)
+        self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
         if self.mechanism == "reuse_cache":
             out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden)
         else:
@@ -337,7 +362,8 @@ class GaudiModelRunner:
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **({"output_hidden_states": True} if hidden else {}),
+            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **self._bypass,
+            **({"output_hidden_states": True} if hidden else {}),
         )
         return out
 
@@ -346,10 +372,11 @@ class GaudiModelRunner:
         extra = {"output_hidden_states": True} if hidden else {}
         if length > 1:  # the prefill: plain causal attention without a past, then copied into the cache
             mask = (slots >= self.pad[:, None]).long()
-            out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True, **extra)
+            out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                            **self._bypass, **extra)
             for (k, v), (new_k, new_v) in zip(self.past, out.past_key_values):
-                k.index_copy_(2, columns, new_k.to(k.dtype))
-                v.index_copy_(2, columns, new_v.to(v.dtype))
+                _bits(k).index_copy_(2, columns, _bits(new_k.to(k.dtype)))
+                _bits(v).index_copy_(2, columns, _bits(new_v.to(v.dtype)))
             return out
         mask = torch.zeros(batch, self.columns + 1, dtype=torch.long, device=self.device)
         mask[:, : self.columns] = self._visible(slots)[:, 0].long()
@@ -411,7 +438,9 @@ def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: 
                             hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
                             flash_attention_recompute=options.flash_attention_recompute,
                             attn_softmax_bf16=options.attn_softmax_bf16,
-                            flash_attention_fast_softmax=options.flash_attention_fast_softmax)
+                            flash_attention_fast_softmax=options.flash_attention_fast_softmax,
+                            bucket_size=options.bucket_size, limit_hpu_graphs=options.limit_hpu_graphs,
+                            clear_hpu_graphs_cache=options.clear_hpu_graphs_cache)
 
 
 def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None:

@@ -257,6 +257,7 @@ class _Graph:
     def __init__(self, recorder: _Recorder, inputs, outputs):
         self.ops = recorder.ops
         self.inputs = inputs
+        self.input_ids = [id(t) for t in user_input_tensors(inputs)]  # the tape holds these tensors
         self.outputs = outputs
         flat, self.out_spec = tree_flatten(outputs)
         self.out_refs = [recorder._ref(v) for v in flat]
@@ -326,8 +327,10 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
         substitute = None
         if no_tensor_cache:
             # replayV3(input list): the graph reads this call's input tensors; the captured ones are not refilled
-            substitute = {id(old): new for old, new in zip(user_input_tensors(graph.inputs),
-                                                           user_input_tensors(inputs))}
+            substitute = dict(zip(graph.input_ids, user_input_tensors(inputs)))
+        elif graph.inputs is None:
+            raise RuntimeError("HPU graph replay with the tensor cache after clear_inputs(): the captured inputs "
+                               "are gone (set PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1 as optimum-habana does)")
         else:
             copy_to(graph.inputs, inputs)
         emulator._replaying += 1
@@ -341,6 +344,12 @@ def wrap_in_hpu_graph(module, asynchronous=False, disable_tensor_cache=False, dr
 
     module.forward = forward
     module.clear_cache = cache.clear
+
+    def clear_inputs():  # habana's: drop the references to every graph's captured input tensors
+        for graph in cache.values():
+            graph.inputs = None
+
+    module.clear_inputs = clear_inputs
     _WRAPPED.add(module)
     return module
 

@@ -1,0 +1,136 @@
+"""optimum-habana's examples/text-generation/run_generation.py call sequence (v1.21), in its order, for a test.
+
+Run through the launcher (`python -m optimum_uag.gaudi.launch tests/upstream_calls.py ...`, under the emulator via
+tests/emulated_launch.py): setup_env (env vars, version checks, adapt_transformers_to_gaudi), setup_device, the
+models loaded with AutoModelForCausalLM, evaluated, both wrapped in HPU graphs, a left-padding tokenizer,
+setup_generation_config's fields, a warm-up generate() and a measured one with upstream's keyword arguments
+(lazy_mode, hpu_graphs, ignore_eos, iteration_times, profiler), iteration_times[0] read as the first-token time.
+Then (not upstream) the target-only reference with optimum-habana's own generate(), and a JSON report.
+"""
+import argparse
+import copy
+import json
+import os
+
+import torch
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model_name_or_path", required=True)
+    parser.add_argument("--assistant_model", required=True)
+    parser.add_argument("--batch_size", type=int, default=2)
+    parser.add_argument("--max_new_tokens", type=int, default=24)
+    parser.add_argument("--use_hpu_graphs", action="store_true")
+    parser.add_argument("--limit_hpu_graphs", action="store_true")
+    parser.add_argument("--bucket_internal", action="store_true")
+    parser.add_argument("--bucket_size", type=int, default=-1)
+    parser.add_argument("--reuse_cache", action="store_true")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+
+    # utils.setup_env
+    os.environ.setdefault("EXPERIMENTAL_WEIGHT_SHARING", "FALSE")
+    if args.use_hpu_graphs and args.limit_hpu_graphs and not args.reuse_cache and args.bucket_internal:
+        os.environ.setdefault("PT_HPUGRAPH_DISABLE_TENSOR_CACHE", "1")
+    from transformers.utils import check_min_version
+
+    check_min_version("4.51.0")
+    from optimum.habana.utils import check_optimum_habana_min_version
+
+    check_optimum_habana_min_version("1.19.0")
+    from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+
+    adapt_transformers_to_gaudi()
+
+    # utils.setup_device (the emulated machine keeps tensors on the CPU)
+    import habana_frameworks.torch.core as htcore  # noqa: F401
+
+    device = torch.device("cpu")
+
+    # utils.setup_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, torch_dtype=torch.float32)
+    assistant_model = AutoModelForCausalLM.from_pretrained(args.assistant_model, torch_dtype=torch.float32)
+    model = model.eval().to(device)
+    assistant_model = assistant_model.eval().to(device)
+    if args.use_hpu_graphs:
+        from habana_frameworks.torch.hpu import wrap_in_hpu_graph
+
+        model = wrap_in_hpu_graph(model, max_graphs=None)
+        assistant_model = wrap_in_hpu_graph(assistant_model)
+
+    # utils.setup_tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    # utils.setup_generation_config
+    from optimum.habana.checkpoint_utils import model_is_optimized
+
+    is_optimized = model_is_optimized(model.config)
+    generation_config = copy.deepcopy(model.generation_config)
+    generation_config.max_new_tokens = args.max_new_tokens
+    generation_config.use_cache = True
+    generation_config.static_shapes = is_optimized and assistant_model is None
+    generation_config.bucket_size = args.bucket_size if is_optimized else -1
+    generation_config.bucket_internal = args.bucket_internal
+    generation_config.do_sample = False
+    generation_config.num_beams = 1
+    generation_config.limit_hpu_graphs = args.limit_hpu_graphs
+    generation_config.clear_hpu_graphs_cache = False
+    generation_config.reuse_cache = args.reuse_cache
+    generation_config.reduce_recompile = False
+    generation_config.use_flash_attention = False
+    generation_config.flash_attention_causal_mask = False
+    generation_config.valid_sequence_lengths = None
+
+    # run_generation.py: the profilers, the prompts, generate()
+    from optimum.habana.utils import HabanaProfile
+
+    profiler = HabanaProfile()
+    sentences = ["DeepSpeed is a machine learning framework", "He is working on", "He has a", "He got all"]
+    sentences = sentences[: args.batch_size]
+
+    def generate():
+        input_tokens = tokenizer.batch_encode_plus(sentences, return_tensors="pt", padding=True)
+        for t in input_tokens:
+            if torch.is_tensor(input_tokens[t]):
+                input_tokens[t] = input_tokens[t].to(device)
+        iteration_times = []
+        outputs = model.generate(**input_tokens, generation_config=generation_config, assistant_model=assistant_model,
+                                 lazy_mode=True, hpu_graphs=args.use_hpu_graphs, ignore_eos=False,
+                                 iteration_times=iteration_times, profiler=profiler).cpu()
+        first_token_time = iteration_times[0]
+        rest = sum(iteration_times[1:]) / (len(iteration_times) - 1) if len(iteration_times) > 1 else 0
+        return outputs, input_tokens, first_token_time, rest
+
+    generate()  # warm-up
+    outputs, input_tokens, first_token_time, rest = generate()
+
+    # not upstream: the target-only reference (optimum-habana's own generate, no assistant) and the report
+    import optimum_uag
+
+    metrics = optimum_uag.patch.last_metrics()
+    reference_config = copy.deepcopy(generation_config)
+    reference_config.static_shapes = is_optimized
+    reference_inputs = {k: v for k, v in input_tokens.items() if k != "token_type_ids"}  # (the tiny tokenizer's)
+    reference = model.generate(**reference_inputs, generation_config=reference_config, lazy_mode=True,
+                               hpu_graphs=args.use_hpu_graphs, ignore_eos=False).cpu()
+    from optimum_uag.testing.hpu_emulator import _current
+
+    emulator = _current()
+    report = {"sequences": outputs.tolist(), "reference": reference.tolist(), "first_token_time": first_token_time,
+              "rest_token_time": rest, "routed": metrics is not None,
+              "target_calls": getattr(metrics, "target_calls", None),
+              "captures": dict(emulator.captures) if emulator else None,
+              "texts": tokenizer.batch_decode(outputs, skip_special_tokens=True)}
+    with open(args.output, "w") as f:
+        json.dump(report, f)
+
+
+if __name__ == "__main__":
+    main()
