@@ -21,6 +21,15 @@ import time
 import torch
 
 
+def until_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """The tokens up to and including the first EOS: optimum-habana's static-shape generate() keeps writing after
+    a row's EOS (up to max_new_tokens), transformers' and optimum-uag's stop there."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1]
+    return tokens
+
+
 def first_difference(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -40,7 +49,8 @@ def main() -> None:
 
     with HPUEmulator():
         import optimum_uag.gaudi
-        from optimum_uag import assisted_generate, embedded_models, smollm2
+        from optimum_uag import assisted_generate, embedded_models
+        from optimum_uag.models import smollm2
         from optimum_uag.models.chat_prompts import heldout_chat_prompts
 
         optimum_uag.gaudi.enable()
@@ -57,6 +67,8 @@ def main() -> None:
             draft = AutoModelForCausalLM.from_pretrained(embedded_models()["smollm2_assistant"],
                                                          torch_dtype=dtype).eval()
             assert type(target).__module__.startswith("optimum.habana"), type(target)
+            eos = target.generation_config.eos_token_id
+            eos = set(eos if isinstance(eos, list) else [eos])
             methods = {"draft model (K=3)": dict(assistant_model=draft, num_assistant_tokens=3),
                        "prompt lookup (K=4)": dict(prompt_lookup_num_tokens=4)}
             counts = {name: {"rows_differing": 0, "tokens_compared": 0, "tokens_after_divergence": 0,
@@ -71,13 +83,14 @@ def main() -> None:
                     own = target.generate(ids, attention_mask=mask, max_new_tokens=args.max_new_tokens,
                                           do_sample=False, lazy_mode=True, hpu_graphs=False, static_shapes=True,
                                           reuse_cache=True, ignore_eos=False)[0, ids.shape[1]:].tolist()
+                own = until_eos(own, eos)
                 finally:
                     optimum_uag.gaudi.enable()
                 for name, kwargs in methods.items():
                     ours = assisted_generate(target, kwargs.get("assistant_model"), ids, mask,
                                              max_new_tokens=args.max_new_tokens, do_sample=False, lazy_mode=True,
                                              **{k: v for k, v in kwargs.items() if k != "assistant_model"})
-                    ours = ours.sequences[0, ids.shape[1]:].tolist()
+                    ours = until_eos(ours.sequences[0, ids.shape[1]:].tolist(), eos)
                     c = counts[name]
                     at = first_difference(own, ours)
                     c["tokens_compared"] += len(own)

@@ -291,3 +291,19 @@ def test_docs_flag_tables_match_the_parsers():
         for option in action.option_strings:
             if option.startswith("--") and option != "--help":
                 assert f"`{option}`" in train_doc, option
+
+
+def test_divergence_counts_rows_and_tokens_after_the_first_difference():
+    """results.json's rows_differing / token_mismatch_rate (what bf16 runs report): rows cut after their first EOS,
+    since a static-shape loop keeps writing after it."""
+    import torch
+
+    from optimum_uag.cli.harness import count_divergence
+
+    acc = dict(rows=0, rows_differing=0, tokens=0, tokens_after=0)
+    prompt, eos = [7, 7], 0
+    ours = torch.tensor([prompt + [1, 2, 3, 4], prompt + [1, eos, 9, 9], prompt + [5, 6, eos, 3]])
+    ref = torch.tensor([prompt + [1, 2, 8, 8], prompt + [1, eos, 4, 4], prompt + [5, 6, 3, 3]])
+    count_divergence(acc, ours, ref, len(prompt), [eos])
+    # row 0 differs at its 3rd token (2 of 4 after); row 1 equal up to EOS; row 2: ours ends early (at index 2)
+    assert acc == dict(rows=3, rows_differing=2, tokens=4 + 2 + 4, tokens_after=2 + 2)

@@ -64,6 +64,9 @@ class RowResult:
     captures: dict = field(default_factory=dict)  # HPU graphs captured per model (emulator), warmup included
     per_iteration: dict = field(default_factory=dict)  # iteration -> [accepted, drafted]
     mismatched: list = field(default_factory=list)  # (iteration, batch) where greedy output != target-only
+    # greedy vs target-only, row by row (up to each row's first EOS): rows compared / differing, new tokens
+    # compared / after the first divergence (bf16 can flip near-ties: exactness is claimed for fp32)
+    divergence: dict = field(default_factory=lambda: dict(rows=0, rows_differing=0, tokens=0, tokens_after=0))
     last: object = None
 
     @property
@@ -117,6 +120,31 @@ def run_side_by_side(methods: dict, encoded: list, warmup: int, iterations: int,
                 acc[1] += m.draft_tokens
                 row.metrics = copy.deepcopy(m) if row.metrics is None else row.metrics.merge(m)
         for name, method in methods.items():
-            if method.engine and greedy and not torch.equal(rows[name].last, rows["target_only"].last):
-                rows[name].mismatched.append([it, b])
+            if method.engine and greedy:
+                if not torch.equal(rows[name].last, rows["target_only"].last):
+                    rows[name].mismatched.append([it, b])
+                count_divergence(rows[name].divergence, rows[name].last, rows["target_only"].last, prompt_len,
+                                 eos_ids)
     return rows
+
+
+def count_divergence(acc: dict, ours, reference, prompt_len: int, eos_ids) -> None:
+    """Add to `acc` the rows compared / differing and the reference's new tokens / those after the first
+    difference, each row cut after its first EOS (a static-shape loop keeps writing after it)."""
+    eos = set(eos_ids or ())
+
+    def cut(row):
+        row = row[prompt_len:].tolist()
+        ends = [i for i, t in enumerate(row) if t in eos]
+        return row[: ends[0] + 1] if ends else row
+
+    for a, b in zip(ours, reference):
+        a, b = cut(a), cut(b)
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if at is None and len(a) != len(b):
+            at = min(len(a), len(b))
+        acc["rows"] += 1
+        acc["tokens"] += len(b)
+        if at is not None:
+            acc["rows_differing"] += 1
+            acc["tokens_after"] += len(b) - at
