@@ -70,7 +70,10 @@ def main() -> None:
             eos = target.generation_config.eos_token_id
             eos = set(eos if isinstance(eos, list) else [eos])
             methods = {"draft model (K=3)": dict(assistant_model=draft, num_assistant_tokens=3),
-                       "prompt lookup (K=4)": dict(prompt_lookup_num_tokens=4)}
+                       "prompt lookup (K=4)": dict(prompt_lookup_num_tokens=4),
+                       # the control: optimum-habana's own loop against itself with other shapes (no static
+                       # shapes: the cache grows by concatenation, attention over the live length only)
+                       "control: upstream dynamic shapes": dict(upstream_dynamic=True)}
             counts = {name: {"rows_differing": 0, "tokens_compared": 0, "tokens_after_divergence": 0,
                              "first_divergence": []} for name in methods}
             start = time.perf_counter()
@@ -83,14 +86,24 @@ def main() -> None:
                     own = target.generate(ids, attention_mask=mask, max_new_tokens=args.max_new_tokens,
                                           do_sample=False, lazy_mode=True, hpu_graphs=False, static_shapes=True,
                                           reuse_cache=True, ignore_eos=False)[0, ids.shape[1]:].tolist()
-                own = until_eos(own, eos)
                 finally:
                     optimum_uag.gaudi.enable()
+                own = until_eos(own, eos)
                 for name, kwargs in methods.items():
-                    ours = assisted_generate(target, kwargs.get("assistant_model"), ids, mask,
-                                             max_new_tokens=args.max_new_tokens, do_sample=False, lazy_mode=True,
-                                             **{k: v for k, v in kwargs.items() if k != "assistant_model"})
-                    ours = until_eos(ours.sequences[0, ids.shape[1]:].tolist(), eos)
+                    if kwargs.get("upstream_dynamic"):
+                        optimum_uag.disable()
+                        try:
+                            ours = target.generate(ids, attention_mask=mask, max_new_tokens=args.max_new_tokens,
+                                                   do_sample=False, lazy_mode=True, hpu_graphs=False,
+                                                   static_shapes=False, reuse_cache=False, ignore_eos=False)
+                        finally:
+                            optimum_uag.gaudi.enable()
+                        ours = until_eos(ours[0, ids.shape[1]:].tolist(), eos)
+                    else:
+                        ours = assisted_generate(target, kwargs.get("assistant_model"), ids, mask,
+                                                 max_new_tokens=args.max_new_tokens, do_sample=False, lazy_mode=True,
+                                                 **{k: v for k, v in kwargs.items() if k != "assistant_model"})
+                        ours = until_eos(ours.sequences[0, ids.shape[1]:].tolist(), eos)
                     c = counts[name]
                     at = first_difference(own, ours)
                     c["tokens_compared"] += len(own)

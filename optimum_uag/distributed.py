@@ -61,12 +61,13 @@ META_MODEL_TYPES = ("bloom", "llama", "falcon", "mixtral", "qwen2")
 
 
 def checkpoint_files(path: str) -> list[str]:
-    """A local model directory's weight files, as optimum-habana's get_checkpoint_files lists them (.bin files if
-    any, else .safetensors); [] when there are none."""
+    """A local model directory's weight files, as optimum-habana's get_checkpoint_files lists them: transformers'
+    `pytorch_model*.bin` if any, else `model*.safetensors` (not, e.g., a `consolidated.safetensors` some repos also
+    ship: every rank would read that whole file for nothing); [] when there are none."""
     from pathlib import Path
 
-    files = sorted(str(f.resolve()) for f in Path(path).glob("*.bin") if f.name.startswith("pytorch_model"))
-    return files or sorted(str(f.resolve()) for f in Path(path).glob("*.safetensors"))
+    files = sorted(str(f.resolve()) for f in Path(path).glob("pytorch_model*.bin"))
+    return files or sorted(str(f.resolve()) for f in Path(path).glob("model*.safetensors"))
 
 
 def load_on_meta(path: str, dtype: torch.dtype, model_kwargs: dict, device: torch.device):
@@ -87,10 +88,18 @@ def load_on_meta(path: str, dtype: torch.dtype, model_kwargs: dict, device: torc
     config = AutoConfig.from_pretrained(path, **config_kwargs)
     if config.model_type not in META_MODEL_TYPES:
         return None
+    if config.model_type == "llama" and getattr(config, "max_position_embeddings", 0) > 8192:
+        # as upstream's meta path (MODELS_WITH_POS_EMBEDDING_LIMIT): per-layer RoPE tables of 8192 rows; the Gaudi
+        # runner extends them (update_sincos_cache) when a request's cache is wider
+        config.max_position_embeddings = 8192
     with deepspeed.OnDevice(dtype=dtype, device="meta"):
         model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype,
                                                  trust_remote_code=config_kwargs.get("trust_remote_code", False))
     model = model.eval()
+    if (Path(path) / "generation_config.json").is_file():  # what from_pretrained reads (EOS lists, defaults)
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig.from_pretrained(path)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"type": "ds_model", "checkpoints": checkpoint_files(path), "version": 1.0}, f)
     try:
@@ -99,26 +108,12 @@ def load_on_meta(path: str, dtype: torch.dtype, model_kwargs: dict, device: torc
     finally:
         os.remove(f.name)
     module = engine.module
-    _materialize_buffers(module, device)
+    left = [name for name, t in [*module.named_parameters(), *module.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"{path}: {len(left)} tensors stayed on the meta device after DeepSpeed loaded the "
+                         f"checkpoint ({', '.join(left[:3])}, ...): its files do not hold them; load the target on the "
+                         "CPU instead (optimum_uag.distributed.shard)")
     return module.to(device)
-
-
-def _materialize_buffers(model, device) -> None:
-    """Buffers a checkpoint does not hold (RoPE's inv_freq, computed at construction) are still on the meta device
-    after AutoTP's loading: recompute them by re-running each such module's rotary-embedding initialisation."""
-    for module in model.modules():
-        meta = [name for name, b in module.named_buffers(recurse=False) if b.is_meta]
-        if not meta:
-            continue
-        if hasattr(module, "rope_init_fn") and hasattr(module, "config"):  # transformers' *RotaryEmbedding
-            inv_freq, scaling = module.rope_init_fn(module.config, device)
-            module.register_buffer("inv_freq", inv_freq, persistent=False)
-            module.original_inv_freq = inv_freq
-            module.attention_scaling = scaling
-            meta.remove("inv_freq")
-        if meta:
-            raise ValueError(f"{type(module).__name__} keeps buffers {meta} on the meta device after loading the "
-                             "checkpoint; load this model on the CPU (it will be sharded from there)")
 
 
 def stop_agreement():

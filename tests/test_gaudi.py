@@ -328,6 +328,7 @@ def test_runner_takes_over_a_cache_optimum_habana_allocated(emu, gaudi_models):
     logits = runner.forward(torch.tensor([[5, 6, 7], [8, 9, 10]]), torch.zeros(2, dtype=torch.long))
     with torch.no_grad():
         expected = target(torch.tensor([[5, 6, 7], [8, 9, 10]]), lazy_mode=False).logits
+    runner.close()
     assert torch.allclose(logits, expected, atol=1e-4)
 
 
@@ -769,7 +770,7 @@ def test_limit_and_clear_hpu_graphs_and_bucket_size_are_honoured(plain, emu, gau
     def run(**knobs):
         emu.reset_counters()
         out = assisted_generate(target, draft, plain["ids4"], plain["mask4"], max_new_tokens=24, do_sample=False,
-                                **GAUDI, **knobs)
+                                **{**GAUDI, **knobs})
         assert torch.equal(out.sequences, plain["greedy4"])
         return emu.captures.get("limited", 0)
 
@@ -780,7 +781,14 @@ def test_limit_and_clear_hpu_graphs_and_bucket_size_are_honoured(plain, emu, gau
     limited = run(limit_hpu_graphs=True)
     assert limited == plain_captures - 1  # the prompt's graph is not captured
     assert run(limit_hpu_graphs=True) == 0  # graphs kept across calls ...
-    assert run(limit_hpu_graphs=True, clear_hpu_graphs_cache=True) == 0
+    assert run(limit_hpu_graphs=True, clear_hpu_graphs_cache=True) == 0  # upstream clears only without reuse_cache
+    assert run(limit_hpu_graphs=True) == 0
+    clearing = dict(limit_hpu_graphs=True, clear_hpu_graphs_cache=True, reuse_cache=False, bucket_internal=True)
+    from optimum_uag.gaudi import options
+
+    options._WARNED.clear()  # the warning is once per process
+    with pytest.warns(UserWarning, match="bucket_internal"):
+        assert run(**clearing) == 0
     assert run(limit_hpu_graphs=True) == limited  # ... until clear_hpu_graphs_cache dropped them
 
     runner = GaudiModelRunner(_fresh(gaudi_models["target"]), 2, 100, torch.zeros(2, dtype=torch.long),
@@ -830,13 +838,26 @@ def test_compaction_and_prefill_copy_on_fp8_kv_caches(emu, arch):
     runner.slot_of = slots
     runner._compact()
     assert all(torch.equal(g, t.to(fp8).view(torch.uint8)) for g, t in zip(got, tensors()))
+    runner.close()
     if arch == "neox":  # the prefill is copied into a caller-allocated cache: an fp8 one too
         prompt = torch.randint(1, 50, (2, 6), generator=gen)
         fresh = GaudiModelRunner(model, 2, 24, pad, lazy_mode=True, columns=32)
         fresh.forward(prompt, torch.zeros(2, dtype=torch.long))
         reference = [t.clone() for pair in fresh.past for t in pair]
+        fresh.close()
         fp8_runner = GaudiModelRunner(model, 2, 24, pad, lazy_mode=True, columns=40)
         fp8_runner.past = tuple((k.to(fp8), v.to(fp8)) for k, v in fp8_runner.past)
         fp8_runner.forward(prompt, torch.zeros(2, dtype=torch.long))
         for ref, got in zip(reference, [t for pair in fp8_runner.past for t in pair]):
             assert torch.equal(got[:, :, :16].view(torch.uint8), ref[:, :, :16].to(fp8).view(torch.uint8))
+
+
+def test_the_target_as_its_own_assistant_is_refused_on_gaudi(plain, emu, gaudi_models):
+    """One Gaudi model cannot hold two sequences in its static cache (its KVCache modules, the pooled tensors): the
+    target passed as its own assistant is a clear error, and the model still works afterwards."""
+    target = gaudi_models["target"]
+    with pytest.raises(ValueError, match="the target itself.*copy.deepcopy"):
+        assisted_generate(target, target, plain["ids1"], plain["mask1"], max_new_tokens=8, do_sample=False, **GAUDI)
+    out = assisted_generate(target, gaudi_models["assistant_same_tokenizer"], plain["ids1"], plain["mask1"],
+                            max_new_tokens=24, do_sample=False, **GAUDI)
+    assert torch.equal(out.sequences, plain["greedy1"])

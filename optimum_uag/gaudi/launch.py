@@ -21,7 +21,7 @@ USAGE = "usage: python -m optimum_uag.gaudi.launch SCRIPT.py [SCRIPT ARGUMENTS..
 def main(argv: list[str] | None = None) -> int:
     """Enable optimum-uag on Gaudi, then run SCRIPT with its arguments as __main__."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    while argv and argv[0].startswith("--local_rank"):  # DeepSpeed's launcher puts it first; the script reads it
+    while argv and argv[0].startswith(("--local_rank", "--local-rank")):  # launchers put it first; the script reads it
         argv.append(argv.pop(0))
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE + "\n\n" + __doc__.split("\n\n")[1], file=sys.stderr)
@@ -30,8 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(script):
         print(f"optimum_uag.gaudi.launch: no script {script!r}\n{USAGE}", file=sys.stderr)
         return 2
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # started by path: our modules would shadow others
+        sys.path.pop(0)
+    from optimum_uag import distributed
     from optimum_uag.gaudi import enable
 
+    # what the script's setup_env sets, before enable() imports habana_frameworks (too late after it)
+    distributed.prepare_env()
+    os.environ.setdefault("EXPERIMENTAL_WEIGHT_SHARING", "FALSE")
     try:
         enable()
     except ImportError as exc:

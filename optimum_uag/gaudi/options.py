@@ -32,7 +32,8 @@ class GaudiOptions:
     profiler: object = None  # upstream's HabanaProfile: start(), step() per round, stop()
     bucket_size: int = 0  # cache widths are multiples of it (else powers of two)
     limit_hpu_graphs: bool = False  # the prompt's forward runs outside HPU graphs (upstream: first token bypassed)
-    clear_hpu_graphs_cache: bool = False  # with limit_hpu_graphs: graphs dropped at the end of the call
+    clear_hpu_graphs_cache: bool = False  # with limit_hpu_graphs, bucket_internal and no reuse_cache (as upstream):
+    # graphs dropped at the end of the call
 
 
 def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptions | None:
@@ -84,7 +85,9 @@ def pop_gaudi_options(model, kwargs: dict, generation_config=None) -> GaudiOptio
         profiler=call.get("profiler"),
         bucket_size=_bucket_size(raw("bucket_size")),
         limit_hpu_graphs=field("limit_hpu_graphs"),
-        clear_hpu_graphs_cache=field("clear_hpu_graphs_cache"),
+        # upstream clears its graphs at the end only under this whole condition (generation/utils.py, _sample)
+        clear_hpu_graphs_cache=(field("clear_hpu_graphs_cache") and field("limit_hpu_graphs")
+                                and not field("reuse_cache") and field("bucket_internal")),
     )
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import time
+import weakref
 
 import torch
 
@@ -124,6 +125,14 @@ class GaudiModelRunner:
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
+        live = model_state(model).setdefault("live_runners", weakref.WeakSet())
+        if any(not runner.closed for runner in live):
+            raise ValueError(f"this {type(model).__name__} already runs in this generate() call (is assistant_model "
+                             "the target itself?): on Gaudi its static KV cache (optimum-habana's KVCache modules, "
+                             "the pooled tensors) cannot hold two sequences at once; pass a separate copy "
+                             "(copy.deepcopy(model)) as assistant_model, or use prompt_lookup_num_tokens")
+        self.closed = False
+        live.add(self)
         self.model = model
         self.device = model.device
         self.batch_size = batch_size
@@ -155,6 +164,7 @@ class GaudiModelRunner:
         self.dtype = model.dtype
         self._restore: list = []
         self._bypass: dict = {}
+        self._depth = 0
         self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
         # feature buffers, per block shape, kept with the pooled cache: a graph captured in an earlier call
         # writes into the buffer that existed at its capture
@@ -217,6 +227,7 @@ class GaudiModelRunner:
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache); drop
         the graphs when upstream's clear_hpu_graphs_cache asks it."""
+        self.closed = True
         if self.clear_graphs:
             self.call.clear_cache()
         if self._norm_hook is not None:
@@ -248,6 +259,15 @@ class GaudiModelRunner:
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
         """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32), and with
         hidden=True also the block's last hidden states (B, L, H) (for a feature draft head)."""
+        if self._depth == 0:  # a prompt's every piece (bucket padding, chunks) runs outside graphs with limit_hpu_graphs
+            self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
+        self._depth += 1
+        try:
+            return self._forward(tokens, start, logits_to_keep, hidden)
+        finally:
+            self._depth -= 1
+
+    def _forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
         batch, length = tokens.shape
         extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 else 0
         if extra:
@@ -288,7 +308,6 @@ class GaudiModelRunner:
         tokens = tokens.clone(memory_format=torch.contiguous_format)  # standard strides: one view hash per shape
         if hidden:
             self._feature_buffer(batch, length)
-        self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
         if self.mechanism == "reuse_cache":
             out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden)
         else:
