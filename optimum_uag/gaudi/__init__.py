@@ -77,9 +77,9 @@ def enable() -> None:
     from ..runners import register_plan_hook
     from .runner import gaudi_plan
 
+    adapt()  # (first: without Gaudi software it raises the ImportError that names the fix)
     from optimum.habana.transformers.generation import GaudiGenerationMixin
 
-    adapt()
     register_plan_hook(gaudi_plan)  # the engine asks registered backends first; it never imports this package
     # GaudiGenerationMixin's own generate() too: classes inheriting it directly (Baichuan, ChatGLM, MiniCPM3) are
     # reached, and a later adapt_transformers_to_gaudi() (upstream's setup_env) copies the routed one back
