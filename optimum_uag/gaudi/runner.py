@@ -179,7 +179,6 @@ class GaudiModelRunner:
             model.update_sincos_cache(seq_len=self.columns)
         # upstream's limit_hpu_graphs: the prompt's forward runs outside graphs (no capture per prompt shape);
         # clear_hpu_graphs_cache (with it): the graphs are dropped at the end of the call
-        self.hpu_graphs = hpu_graphs
         self.bypass_prefill = hpu_graphs and limit_hpu_graphs
         self.clear_graphs = hpu_graphs and limit_hpu_graphs and clear_hpu_graphs_cache
         if hpu_graphs:  # our own wrapped step, kept with the pooled cache it reads (never the user's model)
@@ -222,7 +221,6 @@ class GaudiModelRunner:
         # the same tuple every call: an HPU graph copies its `past` input into the captured one, which must
         # therefore be this very tuple (a new one per call would overwrite the live cache with a stale copy)
         self.past = pool[key]
-        self.cache_shapes = None
 
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache); drop
