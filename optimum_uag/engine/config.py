@@ -7,7 +7,11 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
+from .tree import TreeShape
+
 SCHEDULES = ("constant", "heuristic", "confidence")
+# A feature head's default draft tree (EAGLE-2): measured on SmolLM2 (docs/benchmarks.md)
+DEFAULT_TREE = TreeShape(depth=5, top_k=4, nodes=16)
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's default K (measured on SmolLM2: 3 > 4 > 5)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
@@ -46,13 +50,21 @@ class AssistedConfig:
     output_logits: bool = False
     stop_strings: tuple = ()
     generation_config: GenerationConfig | None = None  # the merged config (for transformers' logits processors)
+    tree: TreeShape | None = None  # a draft tree (engine/tree.py) where the drafter, runner and options allow
+    tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
 
     @property
     def max_draft_tokens(self) -> int:
         """The most candidates one round can propose: K (constant schedule), else the schedule's cap; prompt
         lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
-        return max(k, self.prompt_lookup_num_tokens or 0)
+        return max(k, self.prompt_lookup_num_tokens or 0, self.tree.nodes if self.tree is not None else 0)
+
+    @property
+    def max_accepted_tokens(self) -> int:
+        """The most draft tokens one round can accept (a tree accepts one path; a lookup branch may be longer)."""
+        k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
+        return max(k, self.prompt_lookup_num_tokens or 0, self.tree.depth if self.tree is not None else 0)
 
 
 def _check_neutral(values: dict) -> None:
@@ -75,6 +87,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     config = _merged_generation_config(model, generation_config)
     kwargs = dict(kwargs)
     max_assistant_tokens = kwargs.pop("max_assistant_tokens", 16)  # engine-only: cap of the heuristic schedule
+    tree_args = {name: kwargs.pop(name, None) for name in ("draft_tree", "tree_depth", "tree_top_k", "tree_nodes")}
     explicit = dict(kwargs)
     _check_neutral(explicit)  # before transformers' own validation, so the message names our fix
     max_new = explicit.get("max_new_tokens")
@@ -112,6 +125,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if schedule == "confidence" and not 0.0 < threshold < 1.0:
         raise ValueError(f"assistant_confidence_threshold must be in (0, 1), got {threshold}")
 
+    tree, requested = _tree_shape(tree_args, explicit, assistant_model, schedule)
     eos = None if ignore_eos else config.eos_token_id  # Gaudi runs (optimum-habana's ignore_eos): max_new_tokens
     eos_ids = () if eos is None else tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
     pad = config.pad_token_id
@@ -151,7 +165,25 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         output_logits=bool(config.output_logits),
         stop_strings=stop,
         generation_config=config,
+        tree=tree,
+        tree_requested=requested,
     )
+
+
+def _tree_shape(args: dict, explicit: dict, assistant_model, schedule: str) -> tuple[TreeShape | None, bool]:
+    """The draft tree of this call: draft_tree=None (auto) drafts a tree for a feature head unless the caller fixed
+    num_assistant_tokens or a schedule; True asks for one (any drafter that can build one); False a chain."""
+    flag = args["draft_tree"]
+    if flag not in (None, True, False):
+        raise ValueError(f"draft_tree must be True, False or None (auto), got {flag!r}")
+    shape = {k: args[f"tree_{k}"] for k in ("depth", "top_k", "nodes")}
+    if flag is False:
+        return None, False
+    if flag is None and (not _is_feature_head(assistant_model) or "num_assistant_tokens" in explicit
+                         or schedule != "constant"):
+        return None, False
+    default = DEFAULT_TREE
+    return TreeShape(**{k: (v if v is not None else getattr(default, k)) for k, v in shape.items()}), flag is True
 
 
 def _merged_generation_config(model, generation_config: GenerationConfig | None) -> GenerationConfig:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -102,10 +103,12 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         call = _Call(model, cfg, plan, runner_factory, input_ids, attention_mask, criteria, streamer,
                      TargetScorer(model, cfg.generation_config, input_ids, cfg.max_new_tokens, logits_processor,
                                   prefix_allowed_tokens_fn))
+        runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
+        cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model)
         drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state, call.capacity,
                                 cfg, call.sampler, runner_factory,
                                 call.scorer.for_draft() if call.scorer.needed else None)
-        return call.run(drafter)
+        return call.run(drafter, runner)
     finally:
         for runner in reversed(made):
             close = getattr(runner, "close", None)
@@ -128,12 +131,12 @@ class _Call:
         self.scorer = scorer  # the target's logits processors, applied per verified position
         self.all_accepted = False
 
-    def run(self, drafter) -> AssistedGenerateOutput:
+    def run(self, drafter, runner) -> AssistedGenerateOutput:
         """The loop: draft, verify, commit (translation inside the drafter), until every row ends."""
         cfg, state, scorer = self.cfg, self.state, self.scorer
         keep_scores = cfg.output_scores or cfg.output_logits
-        verifier = Verifier(self.runner_factory(self.model, state.batch_size, self.capacity, self.pad), self.warper,
-                            scorer if scorer.needed else None, keep_scores, features=drafter.needs_features)
+        verifier = Verifier(runner, self.warper, scorer if scorer.needed else None, keep_scores,
+                            features=drafter.needs_features)
         kept: list[list] = [[] for _ in range(state.batch_size)]  # per row: (scores, logits) of each new token
         static_k = cfg.max_draft_tokens if self.plan.static_verify else None
         eos_ids = torch.tensor(cfg.eos_token_ids, device=state.tokens.device) if cfg.eos_token_ids else None
@@ -175,7 +178,10 @@ class _Call:
 
     def _observe(self, metrics, state, proposal, verdict, n_new, active, finite, draft_s, verify_s, other_s) -> bool:
         """Count the round (one host sync); stream its tokens; True when every row has ended."""
-        k = proposal.tokens.shape[1] if proposal.valid is None else proposal.valid.sum(1)  # drafted per row
+        if proposal.tree is not None:  # a tree's "drafted" is its depth: the most one round can accept
+            k = proposal.tree.max_depth
+        else:
+            k = proposal.tokens.shape[1] if proposal.valid is None else proposal.valid.sum(1)  # drafted per row
         accepted = torch.minimum(verdict.accepted, n_new)
         stats = torch.stack([
             state.done.all().long(), finite.long(), ((verdict.accepted == k) | ~active).all().long(),
@@ -207,6 +213,29 @@ class _Call:
             out.scores = scores if self.cfg.output_scores else None
             out.logits = logits if self.cfg.output_logits else None
         return out
+
+
+def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_model):
+    """The call's draft tree, or None (a chain) with one printed line saying why, when something cannot take one:
+    the runner (no explicit positions / tree mask), sampling, logits processors or scores, the kind of draft."""
+    from .drafters import FeatureHead
+
+    if cfg.tree is None:
+        return None
+    why = None
+    if not getattr(runner, "supports_tree", False):
+        why = f"the target's {getattr(runner, 'kind', type(runner).__name__)} runner takes no tree mask"
+    elif cfg.do_sample:
+        why = "sampling verifies a chain (tree rejection sampling is not implemented yet)"
+    elif processors or cfg.output_scores or cfg.output_logits:
+        why = "logits processors / output_scores verify a chain"
+    elif not isinstance(assistant_model, FeatureHead):
+        why = "only a feature head drafts a tree"
+    if why is None:
+        return cfg.tree
+    if cfg.tree_requested or isinstance(assistant_model, FeatureHead):
+        warnings.warn(f"optimum-uag: drafting a chain instead of a tree: {why}", stacklevel=4)
+    return None
 
 
 def _compiled_plan(plan, model, torch_compile, cfg):

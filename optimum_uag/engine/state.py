@@ -14,6 +14,7 @@ class Proposal:
     probs: torch.Tensor | None = None  # (B, k, V_target) draft distribution per candidate (sampling only)
     valid: torch.Tensor | None = None  # (B, k) bool, False where a row has no real candidate
     record: object = None  # what the drafter's propose() leaves for its commit()
+    tree: object = None  # engine/tree.py Tree: the candidates are the nodes of a draft tree, not a chain
 
 
 @dataclass

@@ -8,6 +8,7 @@ import torch
 from .processors import TargetScorer
 from .sampling import LogitsWarper
 from .state import DecodingState, Proposal
+from .tree import greedy_tree_accept
 
 
 @dataclass
@@ -98,6 +99,8 @@ class Verifier:
         self.last = None  # (scores, logits) of the last call, when keep_scores
 
     def __call__(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
+        if proposal.tree is not None:
+            return self._verify_tree(state, proposal)
         k = proposal.tokens.shape[1]
         width = state.prompt_len if state.round == 0 else 1
         start = state.length - width
@@ -121,4 +124,32 @@ class Verifier:
         else:
             verdict = speculative_sampling(torch.softmax(scores, -1), proposal.tokens, proposal.probs, proposal.valid)
         verdict.features, verdict.start = features, start
+        return verdict, finite
+
+    def _verify_tree(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
+        """One forward over [root, tree nodes] (engine/tree.py); greedy: the deepest path the target agrees with.
+        The accepted path's keys / values are moved to the slots after the root, as after a chain."""
+        if self.warper is not None or self.scorer is not None or self.keep_scores:
+            raise ValueError("draft trees verify greedy decoding without logits processors or output_scores; "
+                             "the engine drafts a chain for these calls (draft_tree=False)")
+        tree, nodes = proposal.tree, proposal.tokens
+        n = nodes.shape[1]
+        start = state.length - 1
+        inputs = torch.cat([state.window(start, 1), nodes], dim=1)
+        features = None
+        if self.features:
+            logits, features = self.runner.forward(inputs, start, logits_to_keep=n + 1, hidden=True, tree=tree)
+        else:
+            logits = self.runner.forward(inputs, start, logits_to_keep=n + 1, tree=tree)
+        finite = torch.isfinite(logits).all()
+        target_tokens = logits.argmax(-1)  # (B, N + 1)
+        path = greedy_tree_accept(target_tokens, nodes, tree, proposal.valid)
+        self.runner.keep_path(start, path.columns)
+        batch = nodes.shape[0]
+        tokens = torch.cat([nodes.gather(1, (path.columns - 1).clamp_min(0)), nodes.new_zeros(batch, 1)], 1)
+        tokens.scatter_(1, path.accepted[:, None], target_tokens.gather(1, path.last[:, None]))
+        verdict = Verdict(tokens=tokens, accepted=path.accepted, start=start)
+        if features is not None:  # the root's and the path's features, in slot order after keep_path
+            index = torch.cat([path.columns.new_zeros(batch, 1), path.columns], 1)
+            verdict.features = features.gather(1, index[..., None].expand(-1, -1, features.shape[-1]))
         return verdict, finite

@@ -143,21 +143,57 @@ class StaticCacheRunner:
         mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
         return mask.masked_fill_(~visible, self.mask_value)[:, None]
 
+    def _tree_mask(self, tree, start: torch.Tensor, logical: torch.Tensor, window: int | None) -> torch.Tensor:
+        """The additive 4D mask of a draft tree block (engine/tree.py): committed slots and ancestors."""
+        from ..engine.tree import tree_visibility
+
+        visible = tree_visibility(tree, start, self.pad, self.key_slots)
+        if window is not None and window < self.max_len:  # the window counts tree depth, as a chain would
+            visible &= self.key_slots > logical[:, :, None] - window
+        mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
+        return mask.masked_fill_(~visible, self.mask_value)[:, None]
+
+    @property
+    def supports_tree(self) -> bool:
+        """A draft tree needs explicit positions (root + depth) and the runner's own 4D mask."""
+        return self.positions
+
+    def keep_path(self, start: torch.Tensor, columns: torch.Tensor) -> None:
+        """After a tree verify: move the keys / values of the accepted path (block columns (B, D)) to the slots
+        right after the root (start + 1 ...), one fixed-size gather per layer; later slots are scratch."""
+        depth = columns.shape[1]
+        src = start[:, None] + columns
+        dst = start[:, None] + 1 + torch.arange(depth, device=self.device)
+        for layer in self.cache.layers:
+            for t in (layer.keys, layer.values):
+                if t is None:
+                    continue
+                shape = (-1, t.shape[1], -1, t.shape[-1])
+                t.scatter_(2, dst[:, None, :, None].expand(shape), t.gather(2, src[:, None, :, None].expand(shape)))
+
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False,
+                tree=None):
         """Write `tokens` (B, L) at slots start..start+L-1 of each row; return logits (float32), and with
-        hidden=True also the last hidden states (B, L, H) of the whole block."""
+        hidden=True also the last hidden states (B, L, H) of the whole block. With `tree` (engine/tree.py) the
+        block is [root, tree nodes]: each column attends to the committed slots and its ancestors, at position
+        root + depth."""
         batch, length = tokens.shape
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
         slots = start[:, None] + offsets  # (B, L)
         self.cache.slots = slots
-        masks = {kind: self._mask(slots, window) for kind, window in self.windows.items()}
+        if tree is None:
+            logical = slots
+            masks = {kind: self._mask(slots, window) for kind, window in self.windows.items()}
+        else:
+            logical = start[:, None] + tree.block_depths
+            masks = {kind: self._tree_mask(tree, start, logical, window) for kind, window in self.windows.items()}
         kwargs = dict(input_ids=tokens, attention_mask=next(iter(masks.values())) if len(masks) == 1 else masks,
                       **{self.cache_name: self.cache}, **self.extra, **self.keep.kwargs(logits_to_keep))
         if self.positions:  # padded slots get position 0: absolute position tables have no negative rows
-            kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)
+            kwargs["position_ids"] = (logical - self.pad[:, None]).clamp_min(0)
         if self.cache_position:
             kwargs["cache_position"] = offsets
         if hidden:

@@ -45,9 +45,9 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                              "prompt_lookup_num_tokens=... (n-gram drafting)")
         return PromptLookupDrafter(cfg.max_matching_ngram_size)
     if isinstance(assistant_model, FeatureHead):
-        width = cfg.max_draft_tokens + 1  # new true pairs per round, at most
+        width = cfg.max_accepted_tokens + 1  # new true pairs per round, at most
         drafter = FeatureDrafter(assistant_model, model, state, capacity, vocab_size, sampler, threshold, width,
-                                 processors)
+                                 processors, tree=cfg.tree)
     elif tokenizer is None and assistant_tokenizer is not None:
         raise ValueError(
             "tokenizer is missing: pass both tokenizer= (the target's) and assistant_tokenizer= (the assistant's), "

@@ -88,6 +88,8 @@ def pad_proposal(proposal: Proposal, width: int) -> Proposal:
     """Pad a proposal to `width` candidates, the extra ones invalid (static verify shape)."""
     tokens = proposal.tokens
     batch, k = tokens.shape
+    if proposal.tree is not None:  # a tree has its fixed bucket of nodes
+        return proposal
     valid = proposal.valid if proposal.valid is not None else torch.ones_like(tokens, dtype=torch.bool)
     if k >= width:
         return Proposal(tokens=tokens, probs=proposal.probs, valid=valid, record=proposal.record)

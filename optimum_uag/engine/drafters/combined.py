@@ -18,6 +18,11 @@ class LookupThenDraft(Drafter):
         self.needs_features = inner.needs_features
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
+        if getattr(self.inner, "tree", None) is not None and state.round > 0:
+            # a draft tree: the n-gram continuation becomes a branch of the same tree (one verify for both)
+            look = self.lookup.propose(state, self.num_lookup_tokens)
+            mine = self.inner.propose(state, k, branch=(look.tokens, look.valid.all(1)))
+            return Proposal(mine.tokens, valid=mine.valid, record=("inner", mine), tree=mine.tree)
         look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
         full = look.valid.all(1) | state.done
         if state.round > 0 and bool(full.all()):

@@ -17,6 +17,7 @@ import torch
 
 from ...runners.packed import packed_weights
 from ..state import DecodingState, Proposal
+from ..tree import Tree, TreeShape, ancestor_matrix
 from .base import Drafter, DraftStats, Picker, draft_loop, no_proposal
 from .feature_head import FeatureHead, embedding_checksum
 
@@ -52,7 +53,7 @@ class FeatureDrafter(Drafter):
     needs_features = True
 
     def __init__(self, head: FeatureHead, model, state: DecodingState, capacity: int, vocab_size: int, sampler,
-                 confidence_threshold: float | None, width: int, processors=None):
+                 confidence_threshold: float | None, width: int, processors=None, tree: TreeShape | None = None):
         check_head_matches(head, model)
         device, dtype = state.tokens.device, model.dtype
         self.head = head.to(device=device, dtype=dtype)
@@ -62,6 +63,10 @@ class FeatureDrafter(Drafter):
         batch = state.batch_size
         self.width = width  # fixed catch-up width: at most k + 1 new true pairs per round
         columns = capacity + max(width, state.prompt_len) + 1
+        self.tree = tree
+        self.scratch = columns  # a tree's nodes keep their keys / values past the slots (depth x top_k of them)
+        if tree is not None:
+            columns += tree.depth * tree.top_k
         attn = head.attn
         self.cache_k = torch.zeros(batch, attn.kv_heads, columns, attn.head_dim, device=device, dtype=dtype)
         self.cache_v = torch.zeros_like(self.cache_k)
@@ -118,14 +123,102 @@ class FeatureDrafter(Drafter):
         if state.round > 0:
             self._catch_up(state)
 
-    def propose(self, state: DecodingState, k: int) -> Proposal:
+    def propose(self, state: DecodingState, k: int, branch=None) -> Proposal:
+        """k tokens as a chain, or the call's draft tree (with `branch`, a chain grafted onto the root)."""
         if state.round == 0:  # no target features yet: the prefill verify computes them
             return no_proposal(state, k)
         self._catch_up(state)
+        if self.tree is not None:
+            return self._propose_tree(state, self.tree, branch)
         pick = Picker(state, self.vocab_size, self.sampler, self.processors)
         tokens, dists = draft_loop(self, self._logits(self.last)[:, -1], k, pick, state.length, self.threshold,
                                    state.done)
         return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
+
+    def _draft_logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities over the draft vocabulary (..., N) (the head's own rows, or the target's head)."""
+        with self.pack:
+            return torch.log_softmax(self.head.logits(hidden, self.target_head).float(), -1)
+
+    def _target_ids(self, index: torch.Tensor) -> torch.Tensor:
+        return index if self.draft_ids is None else self.draft_ids[index]
+
+    def _propose_tree(self, state: DecodingState, shape: TreeShape, branch=None) -> Proposal:
+        """EAGLE-2's dynamic tree: expand the top_k best frontier nodes per level (one head step over the frontier,
+        explicit positions, a tree mask over the head's scratch slots), then keep the best `nodes` of every
+        candidate by cumulative draft log-probability."""
+        batch, width, device = state.batch_size, shape.top_k, state.tokens.device
+        base = state.length - 2  # slot of the last true pair; a depth-d node's pair sits at base + d
+        keys = self.key_slots
+        committed = ((keys >= self.pad[:, None]) & (keys <= base[:, None]) & (keys < self.scratch))[:, None]
+        score, index = self._draft_logprobs(self.last[:, -1]).topk(width, -1)  # (B, W)
+        token = self._target_ids(index)
+        hidden = self.last.expand(-1, width, -1)
+        scratch = torch.zeros(batch, width, self.columns - self.scratch, dtype=torch.bool, device=device)
+        pool_tokens, pool_scores, pool_parents = [token], [score], [torch.zeros_like(index)]
+        pool_depths = [torch.ones_like(index)]
+        frontier = torch.arange(1, width + 1, device=device).expand(batch, -1)  # pool ids (0 = the root)
+        size = width
+        for depth in range(1, shape.depth):
+            column = (depth - 1) * width + torch.arange(width, device=device)
+            scratch = scratch.clone()
+            scratch[:, torch.arange(width, device=device), column] = True  # each node sees itself
+            slots = (self.scratch + column).expand(batch, -1)
+            mask = torch.cat([committed.expand(-1, width, -1)[..., : self.scratch], scratch], -1)
+            positions = (base + depth - self.pad)[:, None].expand(-1, width)
+            self.shapes.add((batch, width))
+            self.calls += 1
+            with self.pack:
+                out = self.head.step(hidden, self.embed(token), positions, self.cache_k, self.cache_v, slots,
+                                     mask[:, None])
+            child_scores, child_index = self._draft_logprobs(out).topk(width, -1)  # (B, W, W)
+            cumulative = (score[:, :, None] + child_scores).flatten(1)  # (B, W * W)
+            children = self._target_ids(child_index).flatten(1)
+            pool_tokens.append(children)
+            pool_scores.append(cumulative)
+            pool_parents.append(frontier[:, :, None].expand(-1, -1, width).flatten(1))
+            pool_depths.append(torch.full_like(children, depth + 1))
+            score, best = cumulative.topk(width, -1)
+            parent = best // width
+            token = children.gather(1, best)
+            hidden = out.gather(1, parent[..., None].expand(-1, -1, out.shape[-1]))
+            scratch = scratch.gather(1, parent[..., None].expand(-1, -1, scratch.shape[-1]))
+            frontier = size + 1 + best
+            size += children.shape[1]
+        return self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
+
+    @staticmethod
+    def _select(pool_tokens, pool_scores, pool_parents, pool_depths, shape: TreeShape, branch=None) -> Proposal:
+        """The best `nodes` candidates (ancestors rank above descendants: a tiny per-depth penalty breaks ties),
+        stored in pool order (parents before children), with their parents' block columns. `branch` (tokens
+        (B, m), rows (B,) bool): a chain from the root (prompt lookup's n-gram continuation) that replaces the
+        m lowest-ranked nodes of those rows."""
+        tokens, parents, depths = (torch.cat(x, 1) for x in (pool_tokens, pool_parents, pool_depths))
+        scores = torch.cat(pool_scores, 1) - 1e-4 * depths
+        chosen = scores.topk(shape.nodes, -1).indices  # (B, N), best first
+        max_depth = shape.depth
+        if branch is not None:
+            chain, rows = branch
+            m = min(chain.shape[1], shape.nodes // 2)
+            size, device = tokens.shape[1], tokens.device
+            steps = torch.arange(m, device=device)
+            tokens = torch.cat([tokens, chain[:, :m]], 1)
+            parents = torch.cat([parents, torch.where(steps == 0, 0, size + steps).expand(tokens.shape[0], -1)], 1)
+            depths = torch.cat([depths, (steps + 1).expand(tokens.shape[0], -1)], 1)
+            rank = torch.arange(shape.nodes, device=device)
+            cut = shape.nodes - m
+            chosen = torch.where(rows[:, None] & (rank >= cut), size + (rank - cut).clamp_min(0), chosen)
+            max_depth = max(max_depth, m)
+        chosen = chosen.sort(1).values  # pool order = parents before children
+        batch, n = chosen.shape
+        column = torch.full((batch, tokens.shape[1] + 1), -1, dtype=torch.long, device=tokens.device)
+        column[:, 0] = 0
+        column.scatter_(1, chosen + 1, torch.arange(1, n + 1, device=tokens.device).expand(batch, -1))
+        parent_columns = column.gather(1, parents.gather(1, chosen))
+        node_depths = depths.gather(1, chosen)
+        tree = Tree(parents=parent_columns.clamp_min(0), depths=node_depths,
+                    ancestors=ancestor_matrix(parent_columns.clamp_min(0), max_depth), max_depth=max_depth)
+        return Proposal(tokens=tokens.gather(1, chosen), tree=tree)
 
     def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         """Keep the verified block's features at their slots (those past a row's accepted tokens are rewritten by

@@ -1,0 +1,134 @@
+"""Dynamic draft trees (engine/tree.py): path acceptance, the tree verify on a real runner (the true branch hidden
+among decoys is accepted to its full depth and leaves caches that decode on exactly), the feature head's EAGLE-2
+trees exact against target-only generate() on batches, lookup branches, and the printed fallback to a chain."""
+import warnings
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.engine.drafters import no_proposal
+from optimum_uag.engine.state import DecodingState, Proposal
+from optimum_uag.engine.tree import Tree, TreeShape, ancestor_matrix, greedy_tree_accept
+from optimum_uag.engine.verify import Verifier
+from optimum_uag.engine.commit import commit
+from optimum_uag.runners.registry import make_runner
+
+from test_engine import batch, reference
+from test_feature_drafter import make_head
+
+
+def _tree(parents, depth):
+    parents = torch.tensor(parents)[None]
+    depths = torch.zeros_like(parents)
+    for i in range(parents.shape[1]):  # parents before children
+        p = int(parents[0, i])
+        depths[0, i] = 1 if p == 0 else int(depths[0, p - 1]) + 1
+    return Tree(parents=parents, depths=depths, ancestors=ancestor_matrix(parents, depth), max_depth=depth)
+
+
+def test_accept_takes_the_deepest_path_the_target_agrees_with():
+    # root -> a(1), b(2); a -> c(3); b -> d(4), e(5); d -> f(6)
+    tree = _tree([0, 0, 1, 2, 2, 4], 3)
+    nodes = torch.tensor([[10, 20, 30, 40, 50, 60]])
+    # target argmax per block column [root, a, b, c, d, e, f]: root->20 (b), b->40 (d), d->60 (f), f->7 (bonus)
+    target = torch.tensor([[20, 99, 40, 99, 60, 99, 7]])
+    path = greedy_tree_accept(target, nodes, tree)
+    assert path.accepted.tolist() == [3] and path.last.tolist() == [6]
+    assert path.columns.tolist() == [[2, 4, 6]]
+    # a mismatch at d stops the path at b; the bonus is then the target's token at b
+    target = torch.tensor([[20, 99, 41, 99, 60, 99, 7]])
+    path = greedy_tree_accept(target, nodes, tree)
+    assert path.accepted.tolist() == [1] and path.last.tolist() == [2]
+    # nothing matches: only the target's own token (depth 0)
+    path = greedy_tree_accept(torch.tensor([[5, 0, 0, 0, 0, 0, 0]]), nodes, tree)
+    assert path.accepted.tolist() == [0] and path.last.tolist() == [0]
+
+
+def test_tree_shape_is_validated():
+    with pytest.raises(ValueError, match="tree_nodes=100 exceeds"):
+        TreeShape(depth=2, top_k=2, nodes=100)
+    with pytest.raises(ValueError, match="tree_depth must be an integer >= 1"):
+        TreeShape(depth=0, top_k=2, nodes=2)
+
+
+def test_tree_verify_accepts_the_true_branch_and_keeps_the_cache_exact(embedded, prompts):
+    """A tree whose true branch (the target's own greedy continuation) sits behind decoys at every level: the verify
+    accepts it to full depth, and after moving its keys / values decoding continues exactly as target-only."""
+    model, tok = embedded["target"]
+    ids, mask = batch(tok, [prompts[1], prompts[2][:60]])
+    depth, n_new = 3, 12
+    ref = reference(model, ids, mask, n_new, tok)
+    prompt_len = ids.shape[1]
+    pad = (mask == 0).sum(1)
+    state = DecodingState.create(ids, pad, prompt_len + n_new + 16, tok.pad_token_id, n_new)
+    runner = make_runner(model, 2, prompt_len + n_new + 16, pad)
+    verifier = Verifier(runner, None)
+    verdict, _ = verifier(state, no_proposal(state, 1))  # the prompt: one new token
+    commit(state, verdict, None)
+    state.round += 1
+    true = ref[:, state.length[0] : state.length[0] + depth + 1]  # the next depth tokens + the bonus
+    decoy = (true + 1) % model.config.vocab_size
+    # root -> decoy(1), true1(2); true1 -> decoy(3), true2(4); true2 -> decoy(5), true3(6); decoy(1) -> true2(7)
+    tree = _tree([0, 0, 2, 2, 4, 4, 1], depth)
+    tree = Tree(parents=tree.parents.expand(2, -1), depths=tree.depths.expand(2, -1),
+                ancestors=tree.ancestors.expand(2, -1, -1), max_depth=depth)
+    nodes = torch.stack([decoy[:, 0], true[:, 0], decoy[:, 1], true[:, 1], decoy[:, 2], true[:, 2], true[:, 1]], 1)
+    verdict, _ = verifier(state, Proposal(tokens=nodes, tree=tree))
+    assert verdict.accepted.tolist() == [depth, depth]
+    assert torch.equal(verdict.tokens, true)
+    commit(state, verdict, None)
+    state.round += 1
+    while int(state.generated.min()) < n_new:  # then plain one-token rounds on the compacted cache
+        verdict, _ = verifier(state, no_proposal(state, 1))
+        commit(state, verdict, None)
+        state.round += 1
+    assert torch.equal(state.sequences()[:, : ref.shape[1]], ref)
+
+
+@pytest.mark.parametrize("shape", [dict(), dict(tree_depth=3, tree_top_k=2, tree_nodes=5),
+                                   dict(tree_depth=6, tree_top_k=3, tree_nodes=20)])
+@pytest.mark.parametrize("lookup", [0, 6])
+@pytest.mark.parametrize("draft_vocab", [None, 300])
+def test_head_tree_matches_target_batch(embedded, prompts, shape, lookup, draft_vocab):
+    model, tok = embedded["target"]
+    head = make_head(model, draft_vocab)
+    ids, mask = batch(tok, [prompts[0] * 2, prompts[3][:50], prompts[5]])
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup, **shape)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
+    nodes = shape.get("tree_nodes", 16)
+    assert (3, nodes + 1) in out.metrics.target_shapes  # the verify ran the tree's bucket
+
+
+def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded, prompts):
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:1])
+    tree = assisted_generate(model, head, ids, mask, max_new_tokens=12)
+    chain = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3,
+                              prompt_lookup_num_tokens=0)
+    assert (1, 17) in tree.metrics.target_shapes
+    assert (1, 4) in chain.metrics.target_shapes and (1, 17) not in chain.metrics.target_shapes
+    forced = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3, draft_tree=True,
+                               tree_nodes=8)
+    assert (1, 9) in forced.metrics.target_shapes
+    with pytest.raises(ValueError, match="draft_tree must be True, False or None"):
+        assisted_generate(model, head, ids, mask, max_new_tokens=4, draft_tree="yes")
+
+
+def test_fallback_to_a_chain_is_printed(embedded, prompts):
+    """Sampling (tree rejection sampling not implemented) and a draft model drafting a chain say so, once."""
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:1])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=8, do_sample=True)
+    assert any("drafting a chain instead of a tree: sampling" in str(w.message) for w in seen)
+    assert (1, 17) not in out.metrics.target_shapes
+    draft, _ = embedded["assistant_same_tokenizer"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = assisted_generate(model, draft, ids, mask, max_new_tokens=8, draft_tree=True)
+    assert any("only a feature head drafts a tree" in str(w.message) for w in seen)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 8, tok))
