@@ -255,6 +255,37 @@ def test_train_draft_then_generate_with_the_head(tmp_path):
     assert "optimum-uag UAG" in proc.stdout
 
 
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_train_draft_conversations_train_on_the_answers_only():
+    """Conversations through the chat template as id lists on every transformers line (5.x returns a BatchEncoding
+    from apply_chat_template(tokenize=True)); the loss mask covers the assistant turns and nothing else; the
+    split key is the first user turn."""
+    from optimum_uag import load_embedded
+    from optimum_uag.cli.train_draft import token_sequences
+
+    _, tok = load_embedded("target")
+    tok.chat_template = CHAT_TEMPLATE
+    records = [{"prompt": "Write a function that adds two numbers.", "answer": "def add(a, b):\n    return a + b"},
+               {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+                             {"role": "assistant", "content": "Hello, how can I help?"},
+                             {"role": "user", "content": "Name a color."}, {"role": "assistant", "content": "Blue."}]},
+               {"messages": [{"role": "user", "content": "no answer yet"}]}]
+    seqs = token_sequences(records, tok, "text", 256)
+    assert len(seqs) == 2  # the conversation without an assistant turn has nothing to learn from
+    for seq in seqs:
+        assert isinstance(seq["ids"], list) and all(isinstance(i, int) for i in seq["ids"])
+        assert len(seq["loss_mask"]) == len(seq["ids"])
+    trained = lambda seq: tok.decode([i for i, m in zip(seq["ids"], seq["loss_mask"]) if m])  # noqa: E731
+    assert "def add(a, b)" in trained(seqs[0]) and "Write a function" not in trained(seqs[0])
+    text = trained(seqs[1])
+    assert "Hello, how can I help?" in text and "Blue." in text
+    assert "Be brief" not in text and "Hi there" not in text and "Name a color" not in text
+    assert seqs[0]["group"] == records[0]["prompt"] and seqs[1]["group"] == "Hi there"
+
+
 def test_head_of_another_target_is_one_line(tmp_path):
     """A head trained for another target: one error line naming the fix, no traceback."""
     import torch

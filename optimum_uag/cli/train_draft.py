@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feature_share", type=float, default=0.3, help="share of --max_minutes for features")
     p.add_argument("--draft_vocab_size", type=int, default=8192, help="0: the target's full vocabulary")
     p.add_argument("--unroll_steps", type=int, default=3)
-    p.add_argument("--window", type=int, default=128)
-    p.add_argument("--batch_size", type=int, default=16)
+    p.add_argument("--window", type=int, default=384, help="longest training span (pairs); shorter sequences whole")
+    p.add_argument("--batch_size", type=int, default=8, help="sequences per step")
+    p.add_argument("--train_lm_head", action="store_true",
+                   help="train the draft LM head's rows (default: the target's rows, frozen, as EAGLE-1/2)")
     p.add_argument("--learning_rate", type=float, default=1e-3)
     p.add_argument("--device", default="auto", help="auto (hpu > cuda > cpu), cpu, cuda, hpu")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
@@ -98,9 +100,35 @@ def answer_prompts(model, tok, convs: list[list[dict]], max_new_tokens: int, log
     return out
 
 
+def chat_ids(tok, conv: list[dict], add_generation_prompt: bool = False) -> list[int]:
+    """The conversation through the tokenizer's chat template, as a list of ids on every transformers line (5.x's
+    apply_chat_template(tokenize=True) returns a BatchEncoding: the text is rendered, then encoded)."""
+    text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def conversation_sequence(tok, conv: list[dict], max_len: int) -> dict | None:
+    """{'ids', 'loss_mask' (the assistant turns' tokens), 'group' (the first user turn)}, or None when the
+    conversation has no assistant turn to learn from."""
+    ids = chat_ids(tok, conv)
+    mask = [False] * len(ids)
+    for i, turn in enumerate(conv):
+        if turn.get("role") != "assistant":
+            continue
+        begin = len(chat_ids(tok, conv[:i], add_generation_prompt=True))
+        end = len(chat_ids(tok, conv[: i + 1]))
+        for j in range(begin, min(end, len(ids))):
+            mask[j] = True
+    if not any(mask):
+        return None
+    first = next((t.get("content", "") for t in conv if t.get("role") == "user"), "")
+    return {"ids": ids[:max_len], "loss_mask": mask[:max_len], "group": str(first)}
+
+
 def token_sequences(records: list[dict], tok, column: str, seq_len: int, model=None, generate: bool = False,
-                    max_new_tokens: int = 160, log=print) -> list[list[int]]:
-    """Token id sequences: conversations through the chat template (whole), text in seq_len chunks."""
+                    max_new_tokens: int = 160, log=print) -> list[dict]:
+    """Training sequences: conversations through the chat template (whole; the loss on the assistant's turns),
+    text in seq_len chunks (every token)."""
     convs, texts = [], []
     for rec in records:
         if "messages" in rec:
@@ -117,11 +145,13 @@ def token_sequences(records: list[dict], tok, column: str, seq_len: int, model=N
         done = answer_prompts(model, tok, [convs[i] for i in todo], max_new_tokens, log)
         for i, conv in zip(todo, done):
             convs[i] = conv
-    seqs = [tok.apply_chat_template(c, tokenize=True)[: seq_len * 4] for c in convs]
+    seqs = [seq for seq in (conversation_sequence(tok, c, seq_len * 4) for c in convs) if seq is not None]
     for text in texts:
-        ids = tok(text)["input_ids"]
-        seqs.extend(ids[i : i + seq_len] for i in range(0, max(1, len(ids) - seq_len // 4), seq_len))
-    return [s for s in seqs if len(s) >= 16]
+        ids = list(tok(text)["input_ids"])
+        for i in range(0, max(1, len(ids) - seq_len // 4), seq_len):
+            chunk = ids[i : i + seq_len]
+            seqs.append({"ids": chunk, "loss_mask": [True] * len(chunk), "group": f"text:{text[:64]}"})
+    return [s for s in seqs if len(s["ids"]) >= 16]
 
 
 def train_draft_main(argv=None) -> int:
@@ -141,7 +171,9 @@ def train_draft_main(argv=None) -> int:
     random.Random(args.seed).shuffle(seqs)
     work = Path(args.work_dir or Path(args.output_dir) / "features")
     budget = args.max_minutes
-    print(f"train-draft: {len(seqs)} sequences, {sum(map(len, seqs))} tokens; features in {work}", flush=True)
+    trained = sum(sum(s["loss_mask"]) for s in seqs)
+    print(f"train-draft: {len(seqs)} sequences, {sum(len(s['ids']) for s in seqs)} tokens ({trained} trained on); "
+          f"features in {work}", flush=True)
     info = extract_features(model, seqs, work, max_minutes=budget * args.feature_share,
                             log=lambda m: print(m, flush=True))
     left = max(1.0, budget - (time.time() - t0) / 60)
@@ -150,6 +182,7 @@ def train_draft_main(argv=None) -> int:
                                 draft_vocab_size=args.draft_vocab_size or None, minutes=left,
                                 steps=args.unroll_steps, window=args.window, batch_size=args.batch_size,
                                 lr=args.learning_rate, seed=args.seed, eos_token_ids=[eos] if eos is not None else [],
+                                freeze_lm_head=not args.train_lm_head,
                                 log=lambda m: print(m, flush=True))
     result["features"] = info
     result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -59,7 +59,8 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
         if max_minutes is not None and time.time() - t0 > max_minutes * 60:
             log(f"[features] time budget reached after {shard_no} shards")
             break
-        rows = sequences[lo : lo + shard_size]
+        items = [as_sequence(x) for x in sequences[lo : lo + shard_size]]
+        rows = [x["ids"] for x in items]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         records = [None] * len(rows)
         for b in range(0, len(order), batch_size):
@@ -78,7 +79,9 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
                 records[i] = {"ids": torch.tensor(rows[i], dtype=torch.int32),
                               "features": hidden[r, :n].to(torch.float16).cpu(),
                               "top_v": values[r, :n].to(torch.float16).cpu(),
-                              "top_i": indices[r, :n].to(torch.int32).cpu()}
+                              "top_i": indices[r, :n].to(torch.int32).cpu(),
+                              "loss_mask": torch.tensor(items[i]["loss_mask"], dtype=torch.bool),
+                              "group": items[i]["group"]}
                 done_tokens += n
         torch.save(records, path)
         log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
@@ -88,10 +91,24 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
     return info
 
 
+def as_sequence(item) -> dict:
+    """{'ids', 'loss_mask' (True where a token is trained on: the assistant's answers), 'group' (the split key: a
+    conversation's first user turn)}; a bare id list trains on every token and is its own group."""
+    if isinstance(item, dict):
+        ids = list(item["ids"])
+        mask = list(item.get("loss_mask") or [True] * len(ids))
+        return {"ids": ids, "loss_mask": mask, "group": str(item.get("group", ids[:32]))}
+    ids = list(item)
+    return {"ids": ids, "loss_mask": [True] * len(ids), "group": str(ids[:32])}
+
+
 def load_shards(data_dir: str | Path) -> list[dict]:
     records = []
     for path in sorted(Path(data_dir).glob("features-*.pt")):
-        records.extend(torch.load(path, weights_only=False))
+        for rec in torch.load(path, weights_only=False):  # shards of earlier versions: every token, own group
+            rec.setdefault("loss_mask", torch.ones(len(rec["ids"]), dtype=torch.bool))
+            rec.setdefault("group", str(rec["ids"][:32].tolist()))
+            records.append(rec)
     if not records:
         raise FileNotFoundError(f"no features-*.pt shards in {data_dir}; run extract_features first")
     return records
@@ -171,37 +188,63 @@ def _last_layer(model):
 
 
 def _batch(records, picks, length, steps, device):
-    """Windows of `length` pairs (+ steps - 1 lookahead) from records, as training tensors."""
-    feats, toks, tv, ti = [], [], [], []
-    for r, start in picks:
+    """Sequences (whole, or a `length`-pair window of a longer one: picks are (record, start)) right-padded into
+    training tensors; `keep` (B, length + steps - 1) marks the predicted tokens that count: inside the sequence
+    and in its loss mask (the answers)."""
+    width = max(1, max(min(length, len(records[r]["ids"]) - start - steps) for r, start in picks))
+    span = width + steps
+    hidden = records[picks[0][0]]["features"].shape[-1]
+    batch = len(picks)
+    feats = torch.zeros(batch, span, hidden)
+    toks = torch.zeros(batch, span - 1, dtype=torch.long)
+    tv = torch.full((batch, span - 1, records[picks[0][0]]["top_v"].shape[-1]), -1e4)
+    ti = torch.zeros(batch, span - 1, tv.shape[-1], dtype=torch.long)
+    keep = torch.zeros(batch, span - 1, dtype=torch.bool)
+    for b, (r, start) in enumerate(picks):
         rec = records[r]
-        feats.append(rec["features"][start : start + length + steps])
-        toks.append(rec["ids"][start + 1 : start + length + steps])
-        tv.append(rec["top_v"][start + 1 : start + length + steps])
-        ti.append(rec["top_i"][start + 1 : start + length + steps])
-    stack = lambda xs: torch.stack(xs).to(device)  # noqa: E731
-    return stack(feats).float(), stack(toks).long(), stack(tv).float(), stack(ti).long()
+        n = min(len(rec["ids"]) - start, span)
+        feats[b, :n] = rec["features"][start : start + n].float()
+        toks[b, : n - 1] = rec["ids"][start + 1 : start + n].long()
+        tv[b, : n - 1] = rec["top_v"][start + 1 : start + n].float()
+        ti[b, : n - 1] = rec["top_i"][start + 1 : start + n].long()
+        # top_v / top_i at window index j predict the token at start + j + 2
+        keep[b, : max(0, n - 2)] = rec["loss_mask"][start + 2 : start + n]
+    return feats.to(device), toks.to(device), tv.to(device), ti.to(device), keep.to(device)
+
+
+def split_by_group(records: list[dict], holdout: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, held out): whole groups (all answers to one prompt) go to one side."""
+    groups = sorted({r["group"] for r in records})
+    random.Random(seed).shuffle(groups)
+    held_groups = set(groups[: max(1, int(round(len(groups) * holdout)))])
+    held = [r for r in records if r["group"] in held_groups]
+    return [r for r in records if r["group"] not in held_groups], held
 
 
 def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, target_name: str,
                        draft_vocab_size: int | None = 8192, minutes: float = 30.0, steps: int = 3,
-                       window: int = 128, batch_size: int = 16, lr: float = 1e-3, noise: float = 0.05,
+                       window: int = 384, batch_size: int = 8, lr: float = 1e-3, noise: float = 0.05,
                        reg_weight: float = 1.0, ce_weight: float = 0.2, seed: int = 0, eos_token_ids=(),
-                       log: Callable[[str], None] = print, holdout: float = 0.05) -> dict:
-    """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log."""
+                       log: Callable[[str], None] = print, holdout: float = 0.05,
+                       freeze_lm_head: bool = True) -> dict:
+    """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log.
+
+    Whole sequences (a random `window`-pair span of longer ones), drawn uniformly (every conversation counts the
+    same, however short), the loss on the tokens of each sequence's loss mask (the answers); the held-out split is
+    by group (prompt); the LM head's rows are the target's, frozen unless freeze_lm_head=False."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    records = [r for r in load_shards(data_dir) if len(r["ids"]) >= window + steps + 1]
-    if len(records) < 4:
-        raise ValueError(f"too few sequences of >= {window + steps + 1} tokens in {data_dir}; lower window")
-    rng.shuffle(records)
-    n_hold = max(2, int(len(records) * holdout))
-    held, records = records[:n_hold], records[n_hold:]
+    records = [r for r in load_shards(data_dir) if len(r["ids"]) >= steps + 3]
+    records, held = split_by_group(records, holdout, seed)
+    if len(records) < 4 or not held:
+        raise ValueError(f"too few sequences in {data_dir} to train and hold out ({len(records)} + {len(held)})")
     vocab_size = int(model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config")
                      else model.config.vocab_size)
     vocab_ids = frequent_tokens(records, draft_vocab_size, vocab_size, eos_token_ids) if draft_vocab_size else None
     config = head_config(model, len(vocab_ids) if vocab_ids is not None else None, target_name)
     head = init_head(model, config, vocab_ids)
+    if head.lm_head is not None and freeze_lm_head:
+        head.lm_head.weight.requires_grad_(False)
     head.train()
     embed = model.get_input_embeddings()
     t2d = None
@@ -211,16 +254,22 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     scale = feature_scale(records)  # the smooth-L1 regression on features measured in units of their RMS
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
-    tokens_per_seq = [len(r["ids"]) for r in records]
-    weights = [n - window - steps for n in tokens_per_seq]
     t0 = time.time()
     budget = minutes * 60
-    step, history = 0, []
+    step, history, order = 0, [], []
     while time.time() - t0 < budget:
         frac = (time.time() - t0) / budget
         for group in opt.param_groups:  # warm-up, then cosine to 10%
             group["lr"] = lr * min(1.0, (step + 1) / 30) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        picks = [(r, rng.randrange(0, weights[r] + 1)) for r in rng.choices(range(len(records)), weights, k=batch_size)]
+        if len(order) < batch_size:  # epochs over the sequences, each drawn once per epoch
+            more = list(range(len(records)))
+            rng.shuffle(more)
+            order += more
+        picks = []
+        for r in order[:batch_size]:
+            n = len(records[r]["ids"])
+            picks.append((r, rng.randrange(0, n - window - steps) if n > window + steps else 0))
+        del order[:batch_size]
         loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu"), steps, noise * scale,
                             reg_weight, ce_weight, scale)
         opt.zero_grad(set_to_none=True)
@@ -236,12 +285,16 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     evaluation = evaluate_head(head, embed, t2d, held, window, steps)
     save_feature_head(head, output_dir)
     result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
-              "heldout_sequences": len(held), "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
+              "heldout_sequences": len(held), "heldout_split": "by prompt (group)",
+              "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
-              "feature_rms": scale,
+              "feature_rms": scale, "lm_head": "frozen (the target's rows)" if freeze_lm_head else "trained",
+              "loss_on": "each sequence's loss mask (conversations: the assistant's answers)",
               "heldout": evaluation, "history": history[-20:]}
     Path(output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    log(f"[train] done: {step} steps; held-out agreement with the target per drafting step {evaluation['top1']}")
+    log(f"[train] done: {step} steps; held-out answer tokens: first-token agreement {evaluation['top1'][0]}, "
+        f"per step {evaluation['top1']}, simulated chain tau {evaluation['chain_tau']}, "
+        f"top-{evaluation['tree_top_k']} tree tau (upper bound) {evaluation['tree_tau']}")
     return result
 
 
@@ -252,7 +305,7 @@ def feature_scale(records: list[dict], n: int = 64) -> float:
 
 
 def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: float = 1.0):
-    feats, toks, top_v, top_i = batch  # feats: f_start .. f_{start+length+steps-1}
+    feats, toks, top_v, top_i, keep_all = batch  # feats: f_start .. f_{start+length+steps-1}
     with torch.no_grad():
         embeds = embed(toks).float()
     length = feats.shape[1] - steps
@@ -261,6 +314,9 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
     for s, h in enumerate(outs):
         # h[:, t] guesses f_{t+s+1} (the feature of window position t+s+1) and predicts x_{t+s+2}
         tv, ti = top_v[:, s : s + length], top_i[:, s : s + length]
+        keep = keep_all[:, s : s + length].float()
+        count = keep.sum().clamp_min(1.0)
+        mean = lambda x: (x * keep).sum() / count  # noqa: E731 - over the kept (answer) positions
         logits = head.logits(h).float()
         logq = torch.log_softmax(logits, -1)
         if t2d is not None:
@@ -271,15 +327,16 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
             inside = torch.ones_like(ti, dtype=torch.bool)
             lq = logq.gather(-1, ti)
         p = tv.exp() * inside
-        kl = -(p * lq).sum(-1).mean()
-        ce = -(lq[..., 0] * inside[..., 0]).mean()
+        kl = mean(-(p * lq).sum(-1))
+        ce = mean(-(lq[..., 0] * inside[..., 0]))
         weight = 0.8 ** s
         total = total + weight * (kl + ce_weight * ce)
-        total = total + weight * reg_weight * F.smooth_l1_loss(h / scale, feats[:, s + 1 : s + 1 + length] / scale)
+        reg = F.smooth_l1_loss(h / scale, feats[:, s + 1 : s + 1 + length] / scale, reduction="none").mean(-1)
+        total = total + weight * reg_weight * mean(reg)
         with torch.no_grad():
             pred = logits.argmax(-1)
             pred = pred if t2d is None else (pred + head.d2t[pred])
-            agree = (pred == ti[..., 0]).float().mean().item()
+            agree = float(mean((pred == ti[..., 0]).float()))
         if s == 0:
             stats["top1_step1"] = agree
         stats["top1_last"] = agree
@@ -288,17 +345,35 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
 
 
 @torch.no_grad()
-def evaluate_head(head, embed, t2d, records, window, steps) -> dict:
-    """Agreement of the head's argmax with the target's at each drafting step, on held-out windows."""
-    agree = [0.0] * steps
-    n = 0
+def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4) -> dict:
+    """On held-out sequences, at the answer positions (loss mask): the head's agreement with the target's argmax
+    per drafting step (teacher-forced tokens, the head's own features after step 1, as drafting sees them), the
+    simulated chain acceptance length tau = 1 + E[consecutive agreeing steps], and the same with "the target's
+    token is in the head's top-k" (what a full top-k tree of that depth could accept: an upper bound)."""
+    agree, counts = torch.zeros(steps), 0.0
+    chain, tree, positions = 0.0, 0.0, 0.0
     for rec in records:
-        batch = _batch([rec], [(0, 0)], window, steps, "cpu")
-        feats, toks, _, ti = batch
-        outs = head.unrolled(feats[:, :window], embed(toks).float(), steps)
+        feats, toks, _, ti, keep_all = _batch([rec], [(0, 0)], max(window, len(rec["ids"])), steps, "cpu")
+        length = feats.shape[1] - steps
+        outs = head.unrolled(feats[:, :length], embed(toks).float(), steps)
+        ok_top1, ok_topk = [], []
         for s, h in enumerate(outs):
-            pred = head.logits(h).argmax(-1)
-            pred = pred if t2d is None else pred + head.d2t[pred]
-            agree[s] += float((pred == ti[:, s : s + window, 0]).float().mean())
-        n += 1
-    return {"top1": [round(a / max(n, 1), 3) for a in agree], "sequences": n}
+            logits = head.logits(h)
+            top = logits.topk(tree_top_k, -1).indices
+            top = top if t2d is None else top + head.d2t[top]
+            want = ti[:, s : s + length, 0]
+            ok_top1.append(top[..., 0] == want)
+            ok_topk.append((top == want[..., None]).any(-1))
+        keep = keep_all[:, :length]  # positions whose first drafted token is an answer token
+        for s in range(steps):
+            agree[s] += float((ok_top1[s] & keep).sum())
+        counts += float(keep.sum())
+        run1 = torch.stack(ok_top1).long().cumprod(0).sum(0)  # consecutive agreeing steps from each position
+        runk = torch.stack(ok_topk).long().cumprod(0).sum(0)
+        chain += float(run1[keep].sum())
+        tree += float(runk[keep].sum())
+        positions += float(keep.sum())
+    n = max(positions, 1.0)
+    return {"top1": [round(float(a) / max(counts, 1.0), 3) for a in agree], "answer_positions": int(positions),
+            "sequences": len(records), "chain_tau": round(1 + chain / n, 3), "tree_top_k": tree_top_k,
+            "tree_tau": round(1 + tree / n, 3)}
