@@ -160,6 +160,9 @@ def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
     for row in ("optimum_uag", "optimum_uag_uag"):
         r = res["rows"][row]
         assert r["outputs_match_target"] is True and r["tau"] >= 1.0 and 0 < r["draft_share"] < 1
-    assert "speedup_vs_transformers" in res["rows"]["optimum_uag_uag"]
+    assert "speedup_vs_transformers_assisted" in res["rows"]["optimum_uag_uag"]
+    assert res["best_target_only"] == "target_only_packed"  # the fastest target-only path on a CPU
+    assert res["rows"]["target_only_packed"]["outputs_match_target"] is True
+    assert res["rows"]["optimum_uag"]["draft_tree"] == [[5, 4, 16]]  # the head drafts the default tree
     assert "input-grounded" in res["prompt_source"]
-    assert "optimum-uag UAG" in proc.stdout and "vs target" in proc.stdout and "tau" in proc.stdout
+    assert "optimum-uag UAG" in proc.stdout and "fastest target-only path" in proc.stdout and "tau" in proc.stdout

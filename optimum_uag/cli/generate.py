@@ -227,6 +227,11 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
                   assistant_confidence_threshold=args.assistant_confidence_threshold, **setup.gaudi_kwargs)
     if args.prompt_lookup_num_tokens:
         engine["prompt_lookup_num_tokens"] = args.prompt_lookup_num_tokens
+    if args.draft_tree != "auto":
+        engine["draft_tree"] = args.draft_tree == "on"
+    for name in ("tree_depth", "tree_top_k", "tree_nodes"):
+        if getattr(args, name) is not None:
+            engine[name] = getattr(args, name)
     if args.torch_compile:
         engine["torch_compile"] = True
 
@@ -282,13 +287,28 @@ def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) ->
     if args.batch_size > 1:
         setup.notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
         return
-    kw = dict(gen_kwargs, assistant_model=draft, num_assistant_tokens=args.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS)
+    k = args.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS
+    kw = dict(gen_kwargs, assistant_model=draft)
     if draft_tok is not None and not _same(setup.tokenizer, draft_tok):
         kw.update(tokenizer=setup.tokenizer, assistant_tokenizer=draft_tok)
+    # transformers reads K and its schedule from the assistant's generation_config (a num_assistant_tokens keyword
+    # of generate() is ignored for the assistant): set there for the call, as the optimum-uag row runs
+    schedule = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
+                    assistant_confidence_threshold=(args.assistant_confidence_threshold
+                                                    if args.num_assistant_tokens_schedule == "confidence" else 0.0))
+    setup.notes.append("transformers assisted: assistant_model.generation_config " + ", ".join(
+        f"{key}={value}" for key, value in schedule.items()) + " (set for its calls, as optimum-uag's row drafts)")
 
     def transformers_assisted(enc):
-        draft.generation_config.num_assistant_tokens_schedule = "constant"
-        return setup.model.generate(**enc, **kw)
+        config = draft.generation_config
+        saved = {key: getattr(config, key, None) for key in schedule}
+        for key, value in schedule.items():
+            setattr(config, key, value)
+        try:
+            return setup.model.generate(**enc, **kw)
+        finally:
+            for key, value in saved.items():
+                setattr(config, key, value)
 
     methods["transformers_assisted"] = Method(transformers_assisted, baseline_of=name)
 

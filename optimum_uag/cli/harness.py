@@ -120,7 +120,7 @@ def run_side_by_side(methods: dict, encoded: list, warmup: int, iterations: int,
                 acc[1] += m.draft_tokens
                 row.metrics = copy.deepcopy(m) if row.metrics is None else row.metrics.merge(m)
         for name, method in methods.items():
-            if method.engine and greedy:
+            if name != "target_only" and greedy:  # every row, the prepacked and transformers' rows included
                 if not torch.equal(rows[name].last, rows["target_only"].last):
                     rows[name].mismatched.append([it, b])
                 count_divergence(rows[name].divergence, rows[name].last, rows["target_only"].last, prompt_len,

@@ -180,6 +180,7 @@ class _Call:
         """Count the round (one host sync); stream its tokens; True when every row has ended."""
         if proposal.tree is not None:  # a tree's "drafted" is its depth: the most one round can accept
             k = proposal.tree.max_depth
+            metrics.tree_rounds += 1
         else:
             k = proposal.tokens.shape[1] if proposal.valid is None else proposal.valid.sum(1)  # drafted per row
         accepted = torch.minimum(verdict.accepted, n_new)
@@ -207,6 +208,9 @@ class _Call:
         metrics.draft_shapes = list(stats.shapes)
         metrics.target_forwards = verifier.runner.calls
         metrics.draft_forwards = stats.forwards
+        if self.cfg.tree is not None:
+            shape = self.cfg.tree
+            metrics.tree_shapes = [(shape.depth, shape.top_k, shape.nodes)]
         out = AssistedGenerateOutput(sequences=self.state.sequences(), metrics=metrics)
         if self.cfg.output_scores or self.cfg.output_logits:
             scores, logits = _per_step(kept)

@@ -21,6 +21,8 @@ class Metrics:
     draft_shapes: list = field(default_factory=list)
     target_forwards: int = 0  # model invocations (a Gaudi token_idx draft may split a block into single tokens)
     draft_forwards: int = 0
+    tree_rounds: int = 0  # rounds that verified a draft tree (engine/tree.py)
+    tree_shapes: list = field(default_factory=list)  # (depth, top_k, nodes) of the call's draft trees
 
     @property
     def acceptance_rate(self) -> float:
