@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""README / docs/benchmarks.md tables generated from the committed results files, so that no number can drift.
+
+    python scripts/bench_tables.py          # rewrite the tables between their markers
+    python scripts/bench_tables.py --check  # exit 1 when a table differs from what the results files give
+
+Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py), benchmarks/results/main_job.json
+(README command 1's results.json), optimum_uag/models/smollm2_head/training_log.json (the head's held-out report).
+A table sits between `<!-- table:NAME -->` and `<!-- /table -->` in README.md and docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+FILES = [ROOT / "README.md", ROOT / "docs" / "benchmarks.md"]
+DEFAULT = "head default (tree + lookup branch)"
+
+
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if isinstance(v, (int, float)) else "-"
+
+
+def _f(v, fmt="{:.2f}") -> str:
+    return fmt.format(v) if isinstance(v, (int, float)) else "-"
+
+
+def feature_head_table(bench: dict) -> str:
+    lines = ["| group | row | batch | tok/s | vs fastest target-only | vs transformers generate() | tau | accept | "
+             "draft share | exact |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for group, res in bench["groups"].items():
+        for name, r in res["rows"].items():
+            best = " (fastest)" if name == res["best_target_only"] else ""
+            exact = {True: "yes", False: "**NO**"}.get(r.get("exact"), "-")
+            if "sample" in group and name != "target-only":
+                exact = "(sampling)"
+            lines.append(f"| {group} | {name}{best} | {r['batch']} | {r['tokens_per_s']:.1f} | "
+                         f"{_x(r['speedup_vs_best_target_only'])} | {_x(r['speedup_vs_transformers_generate'])} | "
+                         f"{_f(r.get('tau'))} | {_f(r.get('acceptance'), '{:.0%}')} | "
+                         f"{_f(r.get('draft_share'), '{:.0%}')} | {exact} |")
+    return "\n".join(lines) + (f"\n\n{bench['prompts']} held-out requests per group, {bench['max_new_tokens']} new "
+                               f"tokens, fp32, eager, rows interleaved per prompt, median of {bench['repeats']} "
+                               f"repeats ({bench['date']}): `{bench['command']}`.")
+
+
+def _status(value, goal) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value >= goal else f"missed by {goal - value:.2f}"
+
+
+def goals_table(bench: dict | None, main: dict | None, log: dict | None) -> str:
+    rows = []
+    g = (bench or {}).get("groups", {})
+
+    def row(group, name, key="speedup_vs_best_target_only"):
+        return g.get(group, {}).get("rows", {}).get(name, {}).get(key)
+
+    chat = row("chat@1", DEFAULT)
+    chat_tau = row("chat@1", DEFAULT, "tau")
+    rows.append(("chat, batch 1, default draft (tree)", ">= 1.5x, tau >= 3.0",
+                 f"{_x(chat)}, tau {_f(chat_tau)}", _status(chat, 1.5) + "; tau " + _status(chat_tau, 3.0)))
+    grounded = row("grounded@1", DEFAULT)
+    rows.append(("input-grounded, batch 1", ">= 2.0x", _x(grounded), _status(grounded, 2.0)))
+    sample = row("sample@1", "head default (sampling: chain + lookup)")
+    rows.append(("sampling T=0.7, batch 1 (vs prepacked sampling)", ">= 1.3x", _x(sample), _status(sample, 1.3)))
+    b4 = row("chat@4", DEFAULT)
+    rows.append(("batch 4, chat", ">= 1.2x", _x(b4), _status(b4, 1.2)))
+    job = (main or {}).get("speedup_vs_best_target_only")
+    rows.append(("README main job (vs fastest target-only)", ">= 1.5x", _x(job), _status(job, 1.5)))
+    chain = next((r.get("tau") for n, r in g.get("chat@1", {}).get("rows", {}).items() if "chain" in n), None)
+    tree = row("chat@1", "head tree, no lookup", "tau")
+    ratio = tree / chain if tree and chain else None
+    rows.append(("tree vs chain, same head, chat (tau)", ">= 1.25x", f"{_x(ratio)} ({_f(tree)} vs {_f(chain)})",
+                 _status(ratio, 1.25)))
+    agree = ((log or {}).get("heldout") or {}).get("top1", [None])[0]
+    rows.append(("head first-token agreement, held-out answers, split by prompt", ">= 60%",
+                 _f(agree, "{:.1%}"), _status(agree, 0.60) if agree is not None else "not measured"))
+    uag = row("uag@1", "optimum-uag UAG K=5", "speedup_vs_transformers_assisted")
+    rows.append(("UAG vs transformers' UAG, same pair", "> 1.0x", _x(uag), _status(uag, 1.0001)))
+    lines = ["| row | goal | measured | status |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return "\n".join(lines)
+
+
+def main_job_table(main: dict) -> str:
+    titles = {"target_only": "target-only (transformers generate)", "target_only_packed": "target-only, prepacked",
+              "optimum_uag": "optimum-uag, feature head", "optimum_uag_uag": "optimum-uag UAG",
+              "transformers_assisted": "transformers UAG"}
+    lines = ["| row | tok/s | vs fastest target-only | vs transformers generate() | tau | exact |",
+             "|---|---|---|---|---|---|"]
+    for name, r in main["rows"].items():
+        exact = {True: "yes", False: "**NO**"}.get(r.get("outputs_match_target"), "-")
+        lines.append(f"| {titles.get(name, name)} | {r['tokens_per_s']:.1f} | {_x(r['speedup_vs_best_target_only'])} | "
+                     f"{_x(r['speedup_vs_transformers_generate'])} | {_f(r.get('tau'))} | {exact} |")
+    tree = main["rows"].get("optimum_uag", {}).get("draft_tree")
+    shape = f"; draft tree depth {tree[0][0]}, top_k {tree[0][1]}, {tree[0][2]} nodes" if tree else ""
+    return "\n".join(lines) + f"\n\nFastest target-only row: `{main['best_target_only']}`{shape}."
+
+
+def tables() -> dict:
+    bench = _load(RESULTS / "feature_head.json")
+    main = _load(RESULTS / "main_job.json")
+    log = _load(ROOT / "optimum_uag" / "models" / "smollm2_head" / "training_log.json")
+    out = {"goals": goals_table(bench, main, log)}
+    if bench is not None:
+        out["feature_head"] = feature_head_table(bench)
+    if main is not None:
+        out["main_job"] = main_job_table(main)
+    return out
+
+
+def render(text: str, generated: dict) -> str:
+    def sub(match):
+        name = match.group(1)
+        if name not in generated:
+            return match.group(0)
+        return f"<!-- table:{name} -->\n{generated[name]}\n<!-- /table -->"
+
+    return re.sub(r"<!-- table:(\w+) -->.*?<!-- /table -->", sub, text, flags=re.S)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true")
+    args = p.parse_args()
+    generated = tables()
+    stale = []
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        new = render(text, generated)
+        if new != text:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print(f"tables out of date in {', '.join(stale)}: run python scripts/bench_tables.py", file=sys.stderr)
+        return 1
+    print("tables " + ("up to date" if not stale else f"rewritten in {', '.join(stale)}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
