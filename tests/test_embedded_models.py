@@ -84,3 +84,15 @@ def test_package_data_installed(tmp_path):
     paths = json.loads(out.stdout.strip().splitlines()[-1])
     for path in paths.values():
         assert Path(path).is_relative_to(target), path
+
+
+def test_a_download_skip_is_a_failure_in_ci(monkeypatch):
+    """In CI a skip for a failed download or a missing test dependency fails; elsewhere it skips with the reason."""
+    from helpers import skip_or_fail_in_ci
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        skip_or_fail_in_ci("SmolLM2 unavailable: no network")
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="no network"):
+        skip_or_fail_in_ci("SmolLM2 unavailable: no network")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import skip_or_fail_in_ci
 
 from optimum_uag import assisted_generate
 from optimum_uag.models import SmolLM2Unavailable, embedded_models, smollm2
@@ -95,7 +96,7 @@ def smol():
     try:
         path = smollm2()
     except SmolLM2Unavailable as exc:  # no network and no cache: the rest of the suite still runs
-        pytest.skip(f"SmolLM2 unavailable: {exc}")
+        skip_or_fail_in_ci(f"SmolLM2 unavailable: {exc}")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
@@ -129,7 +130,7 @@ def test_smollm2_with_its_distilled_drafts_is_exact(smol, draft):
 
     paths = embedded_models()
     if draft not in paths:
-        pytest.skip(f"{draft} not built (examples/distill_smollm2.py)")
+        skip_or_fail_in_ci(f"{draft} not built (examples/distill_smollm2.py)")
     model, tok = smol
     dmodel = AutoModelForCausalLM.from_pretrained(paths[draft], torch_dtype=torch.float32).eval()
     dtok = AutoTokenizer.from_pretrained(paths[draft])
@@ -147,7 +148,7 @@ def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
     """The main job: SmolLM2 with its feature head (+ lookup) and the cross-tokenizer draft as a UAG row, both
     exact, each with its speedup, tau, acceptance and draft share; transformers' UAG on the same pair."""
     if not {"smollm2_assistant_cross", "smollm2_head"} <= set(embedded_models()):
-        pytest.skip("SmolLM2 drafts not built")
+        skip_or_fail_in_ci("SmolLM2 drafts not built")
     proc = subprocess.run([sys.executable, str(REPO / "examples" / "run_generation.py"), "--max_new_tokens", "16",
                            "--dataset_max_samples", "2", "--output_dir", str(tmp_path / "o")], cwd=tmp_path,
                           capture_output=True, text=True, timeout=900)
