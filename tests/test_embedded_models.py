@@ -61,9 +61,25 @@ def test_greedy_generation_is_code_like(embedded, prompts, name):
     assert indents and sum(i % 4 == 0 for i in indents) >= 0.75 * len(indents), text
 
 
-def test_heldout_loss_recorded():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
-    assert "held-out" in doc.lower()
+def test_target_predicts_held_out_code_better_than_chance(embedded, prompts):
+    """The embedded target is trained (docs/models.md: held-out loss 4.72 nats/token on held-out files): on the
+    held-out prompts its next-token loss is far below a uniform guess over its 8192 tokens (9.01 nats), and the
+    1.9M same-tokenizer draft's loss is close to it (distilled from it)."""
+    import torch
+
+    losses = {}
+    for name in ("target", "assistant_same_tokenizer"):
+        model, tok = embedded[name]
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for text in prompts[:8]:
+                ids = tok(text, return_tensors="pt")["input_ids"]
+                out = model(ids, labels=ids)
+                total += float(out.loss) * (ids.shape[1] - 1)
+                count += ids.shape[1] - 1
+        losses[name] = total / count
+    assert losses["target"] < 6.0, losses
+    assert losses["assistant_same_tokenizer"] < losses["target"] + 1.5, losses
 
 
 @pytest.mark.slow
