@@ -345,3 +345,11 @@ def test_divergence_counts_rows_and_tokens_after_the_first_difference():
     count_divergence(acc, ours, ref, len(prompt), [eos])
     # row 0 differs at its 3rd token (2 of 4 after); row 1 equal up to EOS; row 2: ours ends early (at index 2)
     assert acc == dict(rows=3, rows_differing=2, tokens=4 + 2 + 4, tokens_after=2 + 2)
+
+
+def test_readme_and_docs_tables_come_from_the_results_files():
+    """README.md / docs/benchmarks.md tables are what scripts/bench_tables.py generates from the committed results
+    files (benchmarks/results/*.json, the head's training_log.json): a number cannot drift from its source."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_tables.py"), "--check"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -53,6 +53,8 @@ def plain(embedded, prompts):
     ref["feature_accepted"] = {b: assisted_generate(target, ref["feature_head"], ref[f"ids{b}"], ref[f"mask{b}"],
                                                     max_new_tokens=24, num_assistant_tokens=3).metrics.accepted_tokens
                                for b in (1, 4)}
+    ref["tree_accepted"] = {b: assisted_generate(target, ref["feature_head"], ref[f"ids{b}"], ref[f"mask{b}"],
+                                                 max_new_tokens=24).metrics.accepted_tokens for b in (1, 4)}
     tt, dt = small_pair()
     tiny = {
         "same": (_sharp(tiny_llama(8, 0, layers=1, hidden=16), "lm_head", 4.0),
@@ -478,6 +480,25 @@ def test_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, ba
     assert captured[0] == captured[1] <= 2  # prefill + verify
     # the features read back from the replayed graphs are the target's: the same drafts as on the plain target
     assert out.metrics.accepted_tokens == plain["feature_accepted"][batch] > 0
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_feature_head_tree_on_gaudi_target_equals_target(plain, emu, gaudi_models, batch):
+    """Draft trees on the Gaudi runner (reuse_cache): one [root, 16 nodes] verify block per round with a tree mask
+    over the cache columns, the rejected nodes hidden by the slot map (no key / value moves): greedy output equals
+    the target's, the target's graph captures are the prefill and the one tree bucket whatever max_new_tokens,
+    and the accepted tokens equal the plain target's with the same tree (the same features and verdicts)."""
+    target, head = gaudi_models["target"], plain["feature_head"]
+    captured = []
+    for max_new in (16, 24):
+        emu.reset_counters(clear_graphs=True)
+        out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
+                                do_sample=False, **GAUDI)
+        assert torch.equal(out.sequences, plain[f"greedy{batch}"][:, : out.sequences.shape[1]])
+        captured.append(emu.captures.get("target", 0))
+        assert out.metrics.tree_rounds == out.metrics.target_calls - 1 and (batch, 17) in out.metrics.target_shapes
+    assert captured[0] == captured[1] <= 2  # prefill + the tree bucket
+    assert out.metrics.accepted_tokens == plain["tree_accepted"][batch] > 0
 
 
 # ------------------------------------------------------------- upstream generate()'s own arguments (issue 22)

@@ -253,19 +253,37 @@ class GaudiModelRunner:
         self.write_t.fill_(self.max_len)
         self.compactions += 1
 
+    @property
+    def supports_tree(self) -> bool:
+        """Draft trees (engine/tree.py) on reuse_cache models: one block, a tree mask, holes by slot mapping."""
+        return self.mechanism == "reuse_cache"
+
+    def keep_path(self, start: torch.Tensor, columns: torch.Tensor) -> None:
+        """After a tree verify: the accepted path's columns already hold slots start + depth; the other nodes'
+        columns are hidden (slot -1). No key / value moves: the slot map is the compaction."""
+        block = self._tree_columns  # (L,) physical columns of the last tree block
+        on_path = torch.zeros(columns.shape[0], block.shape[0], dtype=torch.bool, device=self.device)
+        on_path[:, 0] = True
+        on_path.scatter_(1, columns, True)
+        held = self.slot_of.index_select(1, block)
+        self.slot_of.index_copy_(1, block, torch.where(on_path, held, -1))
+
     @torch.no_grad()
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False,
+                tree=None):
         """Write `tokens` (B, L) at logical slots start..start+L-1 of each row; return logits (float32), and with
-        hidden=True also the block's last hidden states (B, L, H) (for a feature draft head)."""
+        hidden=True also the block's last hidden states (B, L, H) (for a feature draft head). With `tree`, the
+        block is [root, tree nodes] at slots start + depth, each seeing its ancestors (engine/tree.py)."""
         if self._depth == 0:  # a prompt's every piece (bucket padding, chunks) runs outside graphs with limit_hpu_graphs
             self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
         self._depth += 1
         try:
-            return self._forward(tokens, start, logits_to_keep, hidden)
+            return self._forward(tokens, start, logits_to_keep, hidden, tree)
         finally:
             self._depth -= 1
 
-    def _forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
+    def _forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False,
+                 tree=None):
         batch, length = tokens.shape
         extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 else 0
         if extra:
@@ -293,9 +311,10 @@ class GaudiModelRunner:
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
-        slots = start[:, None] + offsets  # (B, L) logical slots of the block
+        slots = start[:, None] + (offsets if tree is None else tree.block_depths)  # (B, L) logical slots
         columns = self.write_t + offsets  # shared physical columns of the block
         self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
+        visible = None if tree is None else self._tree_visible(tree, start, slots, columns)
         # index_copy_ with a device index, as optimum-habana writes its caches: a Python-int slice would make
         # one lazy-mode graph per write offset
         self.slot_of.index_copy_(1, columns, slots)
@@ -307,7 +326,7 @@ class GaudiModelRunner:
         if hidden:
             self._feature_buffer(batch, length)
         if self.mechanism == "reuse_cache":
-            out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden)
+            out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden, visible)
         else:
             out = self._forward_token_idx(tokens, slots, position_ids, columns, logits_to_keep, hidden)
         logits = out.logits
@@ -364,18 +383,29 @@ class GaudiModelRunner:
         if self._feature_target is not None and output.shape == self._feature_target.shape:
             self._feature_target.copy_(output)
 
+    def _tree_visible(self, tree, start, slots, columns) -> torch.Tensor:
+        """(B, L, columns) for a tree block: the committed columns (slots pad..start - 1, before this block is
+        written) and, among the block's columns, each node's ancestors and itself."""
+        if tree.ancestors.shape[1] != slots.shape[1]:
+            raise ValueError("a tree block is [root, nodes]: its width must be the tree's nodes + 1")
+        self._tree_columns = columns
+        held = self.slot_of[:, None, :]
+        visible = ((held >= self.pad[:, None, None]) & (held < start[:, None, None])).expand(-1, slots.shape[1], -1)
+        return visible.index_copy(2, columns, tree.ancestors)
+
     def _visible(self, slots: torch.Tensor) -> torch.Tensor:
         """(B, L, columns): column j is visible to query i iff pad <= slot_of[j] <= slot of query i."""
         held = self.slot_of[:, None, :]
         return (held >= self.pad[:, None, None]) & (held <= slots[:, :, None])
 
-    def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep, hidden=False):
+    def _forward_reuse_cache(self, tokens, slots, position_ids, columns, logits_to_keep, hidden=False, visible=None):
         batch, length = tokens.shape
         # optimum-habana reads "past length" from the cache shapes and expects a mask of past + length columns;
         # the mask must span exactly the cache (grouped-query attention does not slice it), so the shapes we
         # pass say columns - length. Only that length is read from them; the KVCache modules hold the tensors.
         past = [tuple(torch.Size((*s[:2], self.columns - length, s[3])) for s in pair) for pair in self.cache_shapes]
-        mask = self._visible(slots)[:, None].to(self.dtype)  # (B, 1, L, columns); 1 = attend (optimum-habana inverts)
+        visible = self._visible(slots) if visible is None else visible
+        mask = visible[:, None].to(self.dtype)  # (B, 1, L, columns); 1 = attend (optimum-habana inverts)
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
