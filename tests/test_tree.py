@@ -132,3 +132,30 @@ def test_fallback_to_a_chain_is_printed(embedded, prompts):
         out = assisted_generate(model, draft, ids, mask, max_new_tokens=8, draft_tree=True)
     assert any("only a feature head drafts a tree" in str(w.message) for w in seen)
     assert torch.equal(out.sequences, reference(model, ids, mask, 8, tok))
+
+
+def test_non_finite_draft_scores_never_make_an_orphan_acceptable():
+    """-inf / NaN draft scores (an overflowing half-precision head) can rank a child without its parent: such a node
+    is proposed invalid (its position would not match where it hangs), so the verify never accepts it."""
+    from optimum_uag.engine.drafters.feature import FeatureDrafter
+
+    level1 = torch.tensor([[-1.0, float("-inf")]])
+    level2 = torch.tensor([[-1.5, -2.0, float("nan"), float("-inf")]])
+    tokens = [torch.tensor([[11, 12]]), torch.tensor([[21, 22, 23, 24]])]
+    parents = [torch.tensor([[0, 0]]), torch.tensor([[1, 1, 2, 2]])]
+    depths = [torch.ones(1, 2, dtype=torch.long), torch.full((1, 4), 2)]
+    proposal = FeatureDrafter._select(tokens, [level1, level2], parents, depths, TreeShape(depth=2, top_k=2, nodes=4))
+    tree = proposal.tree
+    for i in range(4):  # every valid node's parent is kept, and its depth is its parent's + 1
+        if proposal.valid[0, i]:
+            p = int(tree.parents[0, i])
+            assert (p == 0 and tree.depths[0, i] == 1) or tree.depths[0, i] == tree.depths[0, p - 1] + 1
+    orphans = ~proposal.valid[0]
+    assert orphans.any()  # the NaN / -inf child of the unkept -inf parent
+    orphan = int(orphans.nonzero()[0, 0])
+    # the target's argmax at the root equals the orphan's token (it hangs from the root after the clamp)
+    target = torch.full((1, 5), -1, dtype=torch.long)
+    target[0, 0] = proposal.tokens[0, orphan]
+    path = greedy_tree_accept(target, proposal.tokens, tree, proposal.valid)
+    assert orphan + 1 not in path.columns[0, : int(path.accepted[0])].tolist()
+    assert int(path.accepted[0]) == 0 or bool(proposal.valid[0, path.columns[0, 0] - 1])

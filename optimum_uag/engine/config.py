@@ -125,7 +125,9 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     if schedule == "confidence" and not 0.0 < threshold < 1.0:
         raise ValueError(f"assistant_confidence_threshold must be in (0, 1), got {threshold}")
 
-    tree, requested = _tree_shape(tree_args, explicit, assistant_model, schedule)
+    k_given = "num_assistant_tokens" in explicit or (
+        generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
+    tree, requested = _tree_shape(tree_args, k_given, assistant_model, schedule)
     eos = None if ignore_eos else config.eos_token_id  # Gaudi runs (optimum-habana's ignore_eos): max_new_tokens
     eos_ids = () if eos is None else tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
     pad = config.pad_token_id
@@ -170,17 +172,16 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     )
 
 
-def _tree_shape(args: dict, explicit: dict, assistant_model, schedule: str) -> tuple[TreeShape | None, bool]:
+def _tree_shape(args: dict, k_given: bool, assistant_model, schedule: str) -> tuple[TreeShape | None, bool]:
     """The draft tree of this call: draft_tree=None (auto) drafts a tree for a feature head unless the caller fixed
-    num_assistant_tokens or a schedule; True asks for one (any drafter that can build one); False a chain."""
+    num_assistant_tokens (argument or generation_config) or a schedule; True asks for one; False a chain."""
     flag = args["draft_tree"]
     if flag not in (None, True, False):
         raise ValueError(f"draft_tree must be True, False or None (auto), got {flag!r}")
     shape = {k: args[f"tree_{k}"] for k in ("depth", "top_k", "nodes")}
     if flag is False:
         return None, False
-    if flag is None and (not _is_feature_head(assistant_model) or "num_assistant_tokens" in explicit
-                         or schedule != "constant"):
+    if flag is None and (not _is_feature_head(assistant_model) or k_given or schedule != "constant"):
         return None, False
     default = DEFAULT_TREE
     return TreeShape(**{k: (v if v is not None else getattr(default, k)) for k, v in shape.items()}), flag is True

@@ -450,6 +450,8 @@ class PlainModelOnGaudi:
     """A plain transformers model (no token_idx cache) on Gaudi: the CPU/CUDA runner its probe picks, run outside
     HPU graphs, with one mark_step per forward in lazy mode."""
 
+    supports_tree = False  # its forward takes no tree mask: a feature head drafts a chain (said once)
+
     def __init__(self, runner, lazy_mode: bool):
         self.runner, self.lazy_mode = runner, lazy_mode
         if hpu.is_graph_wrapped(runner.model):

@@ -194,7 +194,8 @@ class FeatureDrafter(Drafter):
         (B, m), rows (B,) bool): a chain from the root (prompt lookup's n-gram continuation) that replaces the
         m lowest-ranked nodes of those rows."""
         tokens, parents, depths = (torch.cat(x, 1) for x in (pool_tokens, pool_parents, pool_depths))
-        scores = torch.cat(pool_scores, 1) - 1e-4 * depths
+        floor = torch.finfo(torch.float32).min / 4  # -inf / NaN draft scores (an overflowing fp16 head) rank last
+        scores = torch.nan_to_num(torch.cat(pool_scores, 1).float(), nan=floor, neginf=floor) - 1e-4 * depths
         chosen = scores.topk(shape.nodes, -1).indices  # (B, N), best first
         max_depth = shape.depth
         if branch is not None:
@@ -216,9 +217,12 @@ class FeatureDrafter(Drafter):
         column.scatter_(1, chosen + 1, torch.arange(1, n + 1, device=tokens.device).expand(batch, -1))
         parent_columns = column.gather(1, parents.gather(1, chosen))
         node_depths = depths.gather(1, chosen)
+        # a node whose parent was not kept (only possible at equal scores on the floor) is never accepted: its
+        # position (depth) would not match the column it hangs from
+        valid = parent_columns >= 0
         tree = Tree(parents=parent_columns.clamp_min(0), depths=node_depths,
                     ancestors=ancestor_matrix(parent_columns.clamp_min(0), max_depth), max_depth=max_depth)
-        return Proposal(tokens=tokens.gather(1, chosen), tree=tree)
+        return Proposal(tokens=tokens.gather(1, chosen), tree=tree, valid=valid)
 
     def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         """Keep the verified block's features at their slots (those past a row's accepted tokens are rewritten by
