@@ -258,3 +258,35 @@ def test_torch_compile(target, prompts):
                                  torch_compile={"mode": None, "freezing": False})
     assert torch.equal(compiled.sequences, reference(model, ids, mask, 16, tok))
     assert compiled.metrics.accepted_tokens == eager.metrics.accepted_tokens
+
+
+@torch.no_grad()
+def test_cached_step_equals_the_training_unrolled_path(target, prompts):
+    """The head's cached drafting (step() over its static cache: true pairs first, then its own outputs fed back as
+    features) computes what training's unrolled() computes for the same tokens, for several drafting steps: the
+    head is trained on exactly what drafting runs."""
+    model, tok = target
+    head = make_head(model, 300, seed=5).float()
+    ids = tok(prompts[2], return_tensors="pt")["input_ids"][:, :40]
+    out = model(ids, output_hidden_states=True)
+    feats = out.hidden_states[-1]  # f_0 .. f_{T-1}
+    steps, length = 3, ids.shape[1] - 3
+    embeds = model.get_input_embeddings()(ids[:, 1:])  # x_1 .. x_{T-1}
+    unrolled = head.unrolled(feats[:, :length], embeds, steps)  # per step s: h at pairs t (guess of f_{t+s+1})
+    columns = length + steps
+    attn = head.attn
+    cache_k = torch.zeros(1, attn.kv_heads, columns, attn.head_dim)
+    cache_v = torch.zeros_like(cache_k)
+    keys = torch.arange(columns)
+    for t in (5, 17, length - 1):  # draft from the last true pair t, as FeatureDrafter does after its catch-up
+        cache_k.zero_(), cache_v.zero_()
+        slots = torch.arange(t + 1)[None]
+        mask = (keys[None, :] <= slots[0, :, None])[None, None]
+        hidden = head.step(feats[:, : t + 1], embeds[:, : t + 1], slots, cache_k, cache_v, slots, mask)
+        h = hidden[:, -1:]
+        assert torch.allclose(h[0, 0], unrolled[0][0, t], atol=1e-5)
+        for s in range(1, steps):  # pair t + s: the previous output as its feature, the true token x_{t+s+1}
+            slot = torch.tensor([[t + s]])
+            mask = ((keys <= t) | (keys == t + s) | ((keys > t) & (keys < t + s)))[None, None, None]
+            h = head.step(h, embeds[:, t + s : t + s + 1], slot, cache_k, cache_v, slot, mask)
+            assert torch.allclose(h[0, 0], unrolled[s][0, t], atol=1e-5), (t, s)

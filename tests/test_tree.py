@@ -159,3 +159,17 @@ def test_non_finite_draft_scores_never_make_an_orphan_acceptable():
     path = greedy_tree_accept(target, proposal.tokens, tree, proposal.valid)
     assert orphan + 1 not in path.columns[0, : int(path.accepted[0])].tolist()
     assert int(path.accepted[0]) == 0 or bool(proposal.valid[0, path.columns[0, 0] - 1])
+
+
+@pytest.mark.slow
+def test_head_tree_under_torch_compile(embedded, prompts):
+    """The compiled static runner takes the tree block (one graph for the bucket): the same tokens and verdicts."""
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:2])
+    eager = assisted_generate(model, head, ids, mask, max_new_tokens=16, tree_nodes=8, tree_depth=3, tree_top_k=3)
+    compiled = assisted_generate(model, head, ids, mask, max_new_tokens=16, tree_nodes=8, tree_depth=3, tree_top_k=3,
+                                 torch_compile={"mode": None, "freezing": False})
+    assert torch.equal(compiled.sequences, reference(model, ids, mask, 16, tok))
+    assert compiled.metrics.accepted_tokens == eager.metrics.accepted_tokens
+    assert compiled.metrics.tree_rounds == compiled.metrics.target_calls - 1
