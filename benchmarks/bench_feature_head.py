@@ -9,7 +9,7 @@ each ratio is the median over the repeats of that repeat's ratio (this CPU drift
   chat@1       held-out chat requests, batch 1: the default (draft tree + prompt-lookup branch), the tree without
                lookup, a chain of K=5 without lookup (tree vs chain, same head), the distilled same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
-  sample@1     chat, sampling T=0.7: the head (sampling drafts a chain) vs the prepacked sampling control
+  sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
   chat@4       batch 4: the default
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
@@ -178,7 +178,7 @@ def main():
             f"prompt lookup {args.lookup}": ours(None, greedy, prompt_lookup_num_tokens=args.lookup,
                                                 num_assistant_tokens=args.lookup),
             "head default (tree + lookup branch)": ours(head, greedy)}),
-        "sample@1": (chat, 1, sample, {"head default (sampling: chain + lookup)": ours(head, sample)}),
+        "sample@1": (chat, 1, sample, {"head default (tree + lookup branch)": ours(head, sample)}),
         "chat@4": (chat, 4, greedy, {"head default (tree + lookup branch)": ours(head, greedy)}),
         "uag@1": (chat, 1, greedy, {
             "transformers UAG K=5": lambda enc, m: target.generate(

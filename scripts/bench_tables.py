@@ -71,7 +71,7 @@ def goals_table(bench: dict | None, main: dict | None, log: dict | None) -> str:
                  f"{_x(chat)}, tau {_f(chat_tau)}", _status(chat, 1.5) + "; tau " + _status(chat_tau, 3.0)))
     grounded = row("grounded@1", DEFAULT)
     rows.append(("input-grounded, batch 1", ">= 2.0x", _x(grounded), _status(grounded, 2.0)))
-    sample = row("sample@1", "head default (sampling: chain + lookup)")
+    sample = row("sample@1", DEFAULT)
     rows.append(("sampling T=0.7, batch 1 (vs prepacked sampling)", ">= 1.3x", _x(sample), _status(sample, 1.3)))
     b4 = row("chat@4", DEFAULT)
     rows.append(("batch 4, chat", ">= 1.2x", _x(b4), _status(b4, 1.2)))

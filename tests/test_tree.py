@@ -9,7 +9,7 @@ import torch
 from optimum_uag import assisted_generate
 from optimum_uag.engine.drafters import no_proposal
 from optimum_uag.engine.state import DecodingState, Proposal
-from optimum_uag.engine.tree import Tree, TreeShape, ancestor_matrix, greedy_tree_accept
+from optimum_uag.engine.tree import Tree, TreeShape, ancestor_matrix, tree_accept
 from optimum_uag.engine.verify import Verifier
 from optimum_uag.engine.commit import commit
 from optimum_uag.runners.registry import make_runner
@@ -33,15 +33,15 @@ def test_accept_takes_the_deepest_path_the_target_agrees_with():
     nodes = torch.tensor([[10, 20, 30, 40, 50, 60]])
     # target argmax per block column [root, a, b, c, d, e, f]: root->20 (b), b->40 (d), d->60 (f), f->7 (bonus)
     target = torch.tensor([[20, 99, 40, 99, 60, 99, 7]])
-    path = greedy_tree_accept(target, nodes, tree)
+    path = tree_accept(target, nodes, tree)
     assert path.accepted.tolist() == [3] and path.last.tolist() == [6]
     assert path.columns.tolist() == [[2, 4, 6]]
     # a mismatch at d stops the path at b; the bonus is then the target's token at b
     target = torch.tensor([[20, 99, 41, 99, 60, 99, 7]])
-    path = greedy_tree_accept(target, nodes, tree)
+    path = tree_accept(target, nodes, tree)
     assert path.accepted.tolist() == [1] and path.last.tolist() == [2]
     # nothing matches: only the target's own token (depth 0)
-    path = greedy_tree_accept(torch.tensor([[5, 0, 0, 0, 0, 0, 0]]), nodes, tree)
+    path = tree_accept(torch.tensor([[5, 0, 0, 0, 0, 0, 0]]), nodes, tree)
     assert path.accepted.tolist() == [0] and path.last.tolist() == [0]
 
 
@@ -117,14 +117,17 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
 
 
 def test_fallback_to_a_chain_is_printed(embedded, prompts):
-    """Sampling (tree rejection sampling not implemented) and a draft model drafting a chain say so, once."""
+    """Logits processors (a tree node would need its own ancestors' prefix) and a draft model draft a chain and say
+    so."""
     model, tok = embedded["target"]
     head = make_head(model, 300)
     ids, mask = batch(tok, prompts[:1])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        out = assisted_generate(model, head, ids, mask, max_new_tokens=8, do_sample=True)
-    assert any("drafting a chain instead of a tree: sampling" in str(w.message) for w in seen)
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=8, repetition_penalty=1.3)
+    assert any("drafting a chain instead of a tree: logits processors" in str(w.message) for w in seen)
+    assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                                                     repetition_penalty=1.3, pad_token_id=tok.pad_token_id))
     assert (1, 17) not in out.metrics.target_shapes
     draft, _ = embedded["assistant_same_tokenizer"]
     with warnings.catch_warnings(record=True) as seen:
@@ -156,7 +159,7 @@ def test_non_finite_draft_scores_never_make_an_orphan_acceptable():
     # the target's argmax at the root equals the orphan's token (it hangs from the root after the clamp)
     target = torch.full((1, 5), -1, dtype=torch.long)
     target[0, 0] = proposal.tokens[0, orphan]
-    path = greedy_tree_accept(target, proposal.tokens, tree, proposal.valid)
+    path = tree_accept(target, proposal.tokens, tree, proposal.valid)
     assert orphan + 1 not in path.columns[0, : int(path.accepted[0])].tolist()
     assert int(path.accepted[0]) == 0 or bool(proposal.valid[0, path.columns[0, 0] - 1])
 
@@ -173,3 +176,30 @@ def test_head_tree_under_torch_compile(embedded, prompts):
     assert torch.equal(compiled.sequences, reference(model, ids, mask, 16, tok))
     assert compiled.metrics.accepted_tokens == eager.metrics.accepted_tokens
     assert compiled.metrics.tree_rounds == compiled.metrics.target_calls - 1
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(temperature=0.7, top_k=5, top_p=0.9), dict(prompt_lookup_num_tokens=3)])
+def test_tree_sampling_matches_target_distribution(kwargs):
+    """Sampling over a draft tree (the target's sample at every node, the tree followed while it matches a child):
+    the joint distribution of the first two new tokens is the target's own (chi-square, p > 0.01), with the
+    head's reduced vocabulary (6 of 8 tokens) and with a lookup branch."""
+    from test_engine import _chi2, _joint_first_two, _sharp_llama
+
+    from optimum_uag.engine.sampling import LogitsWarper
+
+    vocab, n = 8, 6000
+    model = _sharp_llama(vocab, 0, 4.0)
+    head = make_head(model, 6, seed=3)
+    with torch.no_grad():
+        head.lm_head.weight.mul_(4.0)
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    warper = LogitsWarper(kwargs.get("temperature", 1.0), kwargs.get("top_k", 0), kwargs.get("top_p", 1.0))
+    expected = _joint_first_two(model, prompt, warper)
+    torch.manual_seed(4321)
+    options = {key: value for key, value in kwargs.items() if key != "top_k"}
+    out = assisted_generate(model, head, prompt.repeat(n, 1), max_new_tokens=3, do_sample=True, eos_token_id=None,
+                            top_k=kwargs.get("top_k", 0), tree_depth=3, tree_top_k=2, tree_nodes=6, **options)
+    assert out.metrics.tree_rounds > 0 and (n, 7) in out.metrics.target_shapes
+    samples = (out.sequences[:, 5] * vocab + out.sequences[:, 6]).numpy()
+    assert _chi2(samples, expected, n) > 0.01
+    assert out.metrics.accepted_tokens > 0

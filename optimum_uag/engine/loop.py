@@ -229,8 +229,6 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     why = None
     if not getattr(runner, "supports_tree", False):
         why = f"the target's {getattr(runner, 'kind', type(runner).__name__)} runner takes no tree mask"
-    elif cfg.do_sample:
-        why = "sampling verifies a chain (tree rejection sampling is not implemented yet)"
     elif processors or cfg.output_scores or cfg.output_logits:
         why = "logits processors / output_scores verify a chain"
     elif not isinstance(assistant_model, FeatureHead):

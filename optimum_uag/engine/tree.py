@@ -5,7 +5,8 @@ A tree has N nodes per row (a fixed bucket: one verify shape), stored parents-be
 is [root, node_1 .. node_N]: the root is the row's last committed token, node i sits at block column i, attends
 to the committed tokens and to its ancestors, and its position is the root's + its depth. Greedy acceptance walks
 from the root: a node is accepted when its token equals the target's argmax at its parent and its parent was
-accepted; the children of a node carry distinct tokens, so the accepted nodes form one path. The path's keys /
+accepted; the children of a node carry distinct tokens, so the accepted nodes form one path. Sampling is the same
+walk with the target's sample at each node in place of its argmax (lossless: see Verifier._verify_tree). The path's keys /
 values are then moved to contiguous slots after the root (one fixed-size gather per layer), so the caches look
 exactly as after a chain of that path.
 """
@@ -78,11 +79,12 @@ class TreePath:
     last: torch.Tensor  # (B,) block column of the deepest accepted node (0 = the root)
 
 
-def greedy_tree_accept(target_tokens: torch.Tensor, nodes: torch.Tensor, tree: Tree,
+def tree_accept(target_tokens: torch.Tensor, nodes: torch.Tensor, tree: Tree,
                        valid: torch.Tensor | None = None) -> TreePath:
-    """The deepest path whose every node equals the target's argmax at its parent.
+    """The deepest path whose every node equals the target's token at its parent (its argmax when greedy, its
+    sample when sampling).
 
-    target_tokens: (B, N + 1) argmax at every block column; nodes: (B, N) node tokens; valid: (B, N) or None."""
+    target_tokens: (B, N + 1) the target's token at every block column; nodes: (B, N); valid: (B, N) or None."""
     match = nodes == target_tokens.gather(1, tree.parents)
     if valid is not None:
         match &= valid

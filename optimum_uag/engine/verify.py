@@ -8,7 +8,7 @@ import torch
 from .processors import TargetScorer
 from .sampling import LogitsWarper
 from .state import DecodingState, Proposal
-from .tree import greedy_tree_accept
+from .tree import tree_accept
 
 
 @dataclass
@@ -127,11 +127,12 @@ class Verifier:
         return verdict, finite
 
     def _verify_tree(self, state: DecodingState, proposal: Proposal) -> tuple[Verdict, torch.Tensor]:
-        """One forward over [root, tree nodes] (engine/tree.py); greedy: the deepest path the target agrees with.
-        The accepted path's keys / values are moved to the slots after the root, as after a chain."""
-        if self.warper is not None or self.scorer is not None or self.keep_scores:
-            raise ValueError("draft trees verify greedy decoding without logits processors or output_scores; "
-                             "the engine drafts a chain for these calls (draft_tree=False)")
+        """One forward over [root, tree nodes] (engine/tree.py); greedy: the deepest path the target agrees with;
+        sampling: the path the target's own samples take. The accepted path's keys / values are moved to the slots
+        after the root, as after a chain."""
+        if self.scorer is not None or self.keep_scores:
+            raise ValueError("draft trees verify without logits processors or output_scores; the engine drafts a "
+                             "chain for these calls (draft_tree=False)")
         tree, nodes = proposal.tree, proposal.tokens
         n = nodes.shape[1]
         start = state.length - 1
@@ -142,8 +143,16 @@ class Verifier:
         else:
             logits = self.runner.forward(inputs, start, logits_to_keep=n + 1, tree=tree)
         finite = torch.isfinite(logits).all()
-        target_tokens = logits.argmax(-1)  # (B, N + 1)
-        path = greedy_tree_accept(target_tokens, nodes, tree, proposal.valid)
+        if self.warper is None:
+            target_tokens = logits.argmax(-1)  # (B, N + 1)
+        else:
+            # sampling: one sample of the target's (warped) distribution at every node; the round follows the tree
+            # while the node's sample is one of its children. Along the path taken every token is a fresh sample of
+            # the target given the tokens before it, so the output has the target's own distribution (the drafted
+            # children are point-mass proposals, accepted with the target's probability of them, SpecInfer-style)
+            probs = self.warper.probs(logits)
+            target_tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1).reshape(probs.shape[:-1])
+        path = tree_accept(target_tokens, nodes, tree, proposal.valid)
         self.runner.keep_path(start, path.columns)
         batch = nodes.shape[0]
         tokens = torch.cat([nodes.gather(1, (path.columns - 1).clamp_min(0)), nodes.new_zeros(batch, 1)], 1)
