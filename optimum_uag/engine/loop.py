@@ -167,7 +167,7 @@ class _Call:
                                      (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3))
             schedule.update(self.all_accepted)
             if rounds is not None:
-                rounds.step()
+                rounds.step(self.round_tokens)
             if all_done:
                 break
         if rounds is not None:
@@ -186,9 +186,9 @@ class _Call:
         accepted = torch.minimum(verdict.accepted, n_new)
         stats = torch.stack([
             state.done.all().long(), finite.long(), ((verdict.accepted == k) | ~active).all().long(),
-            (active.long() * k).sum(), accepted.sum(), n_new.sum(), active.sum(),
+            (active.long() * k).sum(), accepted.sum(), n_new.sum(), active.sum(), n_new.max(),
         ]).tolist()  # the one host sync of the round
-        all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active = stats
+        all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active, self.round_tokens = stats
         if not ok:
             raise FloatingPointError(
                 "the target produced NaN/inf logits; check the model's dtype (fp16 overflow) and weights"

@@ -508,9 +508,11 @@ def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None
 
 
 class RoundTimes:
-    """upstream generate()'s `iteration_times` and `profiler`: one entry per round (the first measured from the
-    call's start, prefill included, as upstream's HabanaGenerationTime), profiler.start / step per round / stop.
-    Its run_generation.py reads iteration_times[0] as the first-token latency."""
+    """upstream generate()'s `iteration_times` and `profiler`, per generated token as upstream counts them: a round
+    that gave (at most, over the rows) n new tokens adds n entries of its time / n (the first round, prefill
+    included, measured from the call's start, as upstream's HabanaGenerationTime: its run_generation.py reads
+    iteration_times[0] as the first-token latency and the mean of the rest as the per-token latency), and steps the
+    profiler n times (upstream's profiling_steps count tokens)."""
 
     def __init__(self, times: list | None, profiler):
         self.times, self.profiler = times, profiler
@@ -520,13 +522,17 @@ class RoundTimes:
         if self.profiler is not None:
             self.profiler.start()
 
-    def step(self) -> None:
+    def step(self, tokens: int = 1) -> None:
+        """After a round that gave (at most, over the rows) `tokens` new tokens; the first round (the prompt's) gives
+        one, so iteration_times[0] is the first-token latency."""
+        tokens = max(1, int(tokens))
         if self.times is not None:  # the round's host sync has happened (its token counts were read back)
             now = time.perf_counter()
-            self.times.append(now - self.last)
+            self.times.extend([(now - self.last) / tokens] * tokens)
             self.last = now
         if self.profiler is not None:
-            self.profiler.step()
+            for _ in range(tokens):
+                self.profiler.step()
 
     def stop(self) -> None:
         if self.profiler is not None:

@@ -111,6 +111,9 @@ class UniversalDrafter(Drafter):
         self.pad = torch.tensor(self.draft_pad, device=device)  # device view of draft_pad, for the runner's mask
         if getattr(self, "runner", None) is not None:
             self._shapes |= self.runner.shapes
+            close = getattr(self.runner, "close", None)
+            if close is not None:  # a Gaudi runner holds the draft's static cache: one live runner per model
+                close()
         self.runner = self.runner_factory(self.model, len(rows), self.capacity, self.pad, role="assistant")
         self.limits = [self.capacity - self.margin if self.max_positions is None
                        else min(self.capacity, p + self.max_positions) - self.margin for p in self.draft_pad]
