@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unroll_steps", type=int, default=3)
     p.add_argument("--window", type=int, default=384, help="longest training span (pairs); shorter sequences whole")
     p.add_argument("--batch_size", type=int, default=8, help="sequences per step")
+    p.add_argument("--init_head", default=None,
+                   help="start from this head directory (same target, same draft vocabulary) instead of a new head")
+    p.add_argument("--eval_dataset", default=None,
+                   help="held-out records (as --dataset_name; prompts only with --generate_answers) to report the "
+                        "head's agreement on, instead of a 5%% split of the training prompts")
     p.add_argument("--train_lm_head", action="store_true",
                    help="train the draft LM head's rows (default: the target's rows, frozen, as EAGLE-1/2)")
     p.add_argument("--learning_rate", type=float, default=1e-3)
@@ -176,13 +181,20 @@ def train_draft_main(argv=None) -> int:
           f"features in {work}", flush=True)
     info = extract_features(model, seqs, work, max_minutes=budget * args.feature_share,
                             log=lambda m: print(m, flush=True))
+    eval_dir = None
+    if args.eval_dataset:  # held out by construction: features of their own, never trained on
+        eval_seqs = token_sequences(read_records([args.eval_dataset], None), tok, args.column_name, args.seq_len, model,
+                                    args.generate_answers, args.max_new_tokens)
+        eval_dir = work / "eval"
+        extract_features(model, eval_seqs, eval_dir, log=lambda m: print(m, flush=True))
     left = max(1.0, budget - (time.time() - t0) / 60)
     eos = tok.eos_token_id
     result = train_feature_head(model, work, args.output_dir, target_name=name,
                                 draft_vocab_size=args.draft_vocab_size or None, minutes=left,
                                 steps=args.unroll_steps, window=args.window, batch_size=args.batch_size,
                                 lr=args.learning_rate, seed=args.seed, eos_token_ids=[eos] if eos is not None else [],
-                                freeze_lm_head=not args.train_lm_head,
+                                freeze_lm_head=not args.train_lm_head, start_from=args.init_head,
+                                eval_dir=eval_dir,
                                 log=lambda m: print(m, flush=True))
     result["features"] = info
     result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])

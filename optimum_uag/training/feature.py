@@ -226,7 +226,8 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
                        window: int = 384, batch_size: int = 8, lr: float = 1e-3, noise: float = 0.05,
                        reg_weight: float = 1.0, ce_weight: float = 0.2, seed: int = 0, eos_token_ids=(),
                        log: Callable[[str], None] = print, holdout: float = 0.05,
-                       freeze_lm_head: bool = True) -> dict:
+                       freeze_lm_head: bool = True, start_from: str | Path | None = None,
+                       eval_dir: str | Path | None = None) -> dict:
     """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log.
 
     Whole sequences (a random `window`-pair span of longer ones), drawn uniformly (every conversation counts the
@@ -235,14 +236,28 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     torch.manual_seed(seed)
     rng = random.Random(seed)
     records = [r for r in load_shards(data_dir) if len(r["ids"]) >= steps + 3]
-    records, held = split_by_group(records, holdout, seed)
+    if eval_dir is not None:  # a held-out set of its own (other prompts): train on every training sequence
+        held = [r for r in load_shards(eval_dir) if len(r["ids"]) >= steps + 3]
+        groups = {r["group"] for r in held}
+        records = [r for r in records if r["group"] not in groups]
+    else:
+        records, held = split_by_group(records, holdout, seed)
     if len(records) < 4 or not held:
         raise ValueError(f"too few sequences in {data_dir} to train and hold out ({len(records)} + {len(held)})")
     vocab_size = int(model.config.get_text_config().vocab_size if hasattr(model.config, "get_text_config")
                      else model.config.vocab_size)
-    vocab_ids = frequent_tokens(records, draft_vocab_size, vocab_size, eos_token_ids) if draft_vocab_size else None
-    config = head_config(model, len(vocab_ids) if vocab_ids is not None else None, target_name)
-    head = init_head(model, config, vocab_ids)
+    if start_from is not None:  # continue from a head (its draft vocabulary and weights)
+        from ..engine.drafters.feature import check_head_matches
+        from ..engine.drafters.feature_head import load_feature_head
+
+        head = load_feature_head(start_from, dtype=torch.float32)
+        check_head_matches(head, model)
+        vocab_ids = head.draft_ids()
+        head.config["target"] = target_signature(model, target_name)
+    else:
+        vocab_ids = frequent_tokens(records, draft_vocab_size, vocab_size, eos_token_ids) if draft_vocab_size else None
+        config = head_config(model, len(vocab_ids) if vocab_ids is not None else None, target_name)
+        head = init_head(model, config, vocab_ids)
     if head.lm_head is not None and freeze_lm_head:
         head.lm_head.weight.requires_grad_(False)
     head.train()
@@ -285,7 +300,9 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     evaluation = evaluate_head(head, embed, t2d, held, window, steps)
     save_feature_head(head, output_dir)
     result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
-              "heldout_sequences": len(held), "heldout_split": "by prompt (group)",
+              "heldout_sequences": len(held),
+              "heldout_split": "separate prompts (--eval_dataset)" if eval_dir is not None else "by prompt (group)",
+              "init_head": str(start_from) if start_from is not None else None,
               "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
               "feature_rms": scale, "lm_head": "frozen (the target's rows)" if freeze_lm_head else "trained",
