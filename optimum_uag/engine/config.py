@@ -13,7 +13,7 @@ SCHEDULES = ("constant", "heuristic", "confidence")
 # A feature head's default draft tree (EAGLE-2): measured on SmolLM2 (docs/benchmarks.md)
 DEFAULT_TREE = TreeShape(depth=5, top_k=4, nodes=16)
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
-HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's default K (measured on SmolLM2: 3 > 4 > 5)
+HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
 # transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
 _HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
@@ -115,7 +115,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
 
     lookup = config.prompt_lookup_num_tokens
     if lookup is None and _is_feature_head(assistant_model):
-        lookup = HEAD_LOOKUP_TOKENS  # measured: n-grams first helps a feature head (docs/benchmarks.md); 0 turns it off
+        lookup = HEAD_LOOKUP_TOKENS  # n-grams as a branch of the head's tree (or first, for a chain); 0 turns it off
     k = _num_assistant_tokens(explicit, generation_config, assistant_model, lookup)
 
     schedule = config.num_assistant_tokens_schedule or "constant"
