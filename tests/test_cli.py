@@ -353,3 +353,22 @@ def test_readme_and_docs_tables_come_from_the_results_files():
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_tables.py"), "--check"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_readme_names_only_flags_and_commands_the_code_has():
+    """Every `--flag` README.md names is a flag of generate, tune or train-draft (or the deepspeed launcher's
+    --num_gpus); every `optimum-uag X` is a command; every results.json key it names in backticks is written."""
+    import re
+
+    from optimum_uag.cli import USAGE, flags, train_draft, tune
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    known = {"--num_gpus"}  # deepspeed's own
+    for parser in (flags.build_parser(), tune.build_parser(), train_draft.build_parser()):
+        known |= {o for action in parser._actions for o in action.option_strings}
+    assert set(re.findall(r"--[a-z_][a-z_0-9]*", readme)) - known == set()
+    commands = set(re.findall(r"optimum-uag (\w[\w-]*)", USAGE))
+    assert set(re.findall(r"optimum-uag ([a-z][a-z-]*)", readme)) <= commands
+    report = (REPO / "optimum_uag" / "cli" / "report.py").read_text(encoding="utf-8")
+    for key in re.findall(r"`(speedup_\w+|best_target_only\w*|tokens_per_s|draft_tree|tree_rounds_share)`", readme):
+        assert f'"{key}"' in report, key
