@@ -1,4 +1,5 @@
 """The main job: examples/run_generation.py on the embedded pair, in a subprocess."""
+import argparse
 import importlib.util
 import json
 import subprocess
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -372,3 +374,28 @@ def test_readme_names_only_flags_and_commands_the_code_has():
     report = (REPO / "optimum_uag" / "cli" / "report.py").read_text(encoding="utf-8")
     for key in re.findall(r"`(speedup_\w+|best_target_only\w*|tokens_per_s|draft_tree|tree_rounds_share)`", readme):
         assert f'"{key}"' in report, key
+
+
+def test_tune_tries_tree_shapes_for_a_feature_head(tmp_path):
+    """tune with a feature head: chains of the K grid and the tree shapes, each paired with the fastest target-only
+    path, all exact; the verify cost curve is written; a tree recommendation is a command generate accepts."""
+    from test_feature_drafter import make_head
+
+    from optimum_uag import load_embedded
+    from optimum_uag.cli import flags, tune
+    from optimum_uag.engine.drafters.feature_head import save_feature_head
+
+    model, _ = load_embedded("target")
+    save_feature_head(make_head(model, 300), tmp_path / "head", dtype=torch.float32)
+    report = tune.run_tune(["--assistant_model", str(tmp_path / "head"), "--num_assistant_tokens", "2",
+                            "--schedules", "none", "--num_prompts", "1", "--max_new_tokens", "6",
+                            "--output_dir", str(tmp_path / "t")])
+    rows = report["results"]
+    assert {tuple(r["tree"]) for r in rows if r["tree"]} == set(tune.TREE_GRID)
+    assert any(r["num_assistant_tokens"] == 2 for r in rows)
+    assert all(r["outputs_match_target"] for r in rows)
+    assert set(report["verify_cost"]["relative"]) >= {1, 16}
+    best_tree = next(r for r in rows if r["tree"])
+    command = tune._command(argparse.Namespace(model_name_or_path=None), best_tree).split()[2:]
+    args = flags.build_parser().parse_args(command)
+    assert args.draft_tree == "on" and [args.tree_depth, args.tree_top_k, args.tree_nodes] == best_tree["tree"]
