@@ -96,7 +96,7 @@ def test_head_tree_matches_target_batch(embedded, prompts, shape, lookup, draft_
     ids, mask = batch(tok, [prompts[0] * 2, prompts[3][:50], prompts[5]])
     out = assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup, **shape)
     assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
-    nodes = shape.get("tree_nodes", 16)
+    nodes = shape.get("tree_nodes", 12)
     assert (3, nodes + 1) in out.metrics.target_shapes  # the verify ran the tree's bucket
 
 
@@ -107,8 +107,8 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
     tree = assisted_generate(model, head, ids, mask, max_new_tokens=12)
     chain = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3,
                               prompt_lookup_num_tokens=0)
-    assert (1, 17) in tree.metrics.target_shapes
-    assert (1, 4) in chain.metrics.target_shapes and (1, 17) not in chain.metrics.target_shapes
+    assert (1, 13) in tree.metrics.target_shapes
+    assert (1, 4) in chain.metrics.target_shapes and (1, 13) not in chain.metrics.target_shapes
     forced = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3, draft_tree=True,
                                tree_nodes=8)
     assert (1, 9) in forced.metrics.target_shapes
@@ -128,7 +128,7 @@ def test_fallback_to_a_chain_is_printed(embedded, prompts):
     assert any("drafting a chain instead of a tree: logits processors" in str(w.message) for w in seen)
     assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
                                                      repetition_penalty=1.3, pad_token_id=tok.pad_token_id))
-    assert (1, 17) not in out.metrics.target_shapes
+    assert (1, 13) not in out.metrics.target_shapes
     draft, _ = embedded["assistant_same_tokenizer"]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

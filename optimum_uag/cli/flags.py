@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft_tree", choices=["auto", "on", "off"], default="auto",
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
                         "given; off drafts a chain of K")
-    p.add_argument("--tree_depth", type=int, default=None, help="levels below the root (default 5)")
+    p.add_argument("--tree_depth", type=int, default=None, help="levels below the root (default 4)")
     p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width (default 4)")
-    p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket (default 16)")
+    p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket (default 12)")
     p.add_argument("--assistant_confidence_threshold", type=float, default=0.4)
     add_prompt_flags(p)
     p.add_argument("--num_return_sequences", type=int, default=1, help="samples per prompt (with --do_sample)")

@@ -192,7 +192,7 @@ class FeatureDrafter(Drafter):
         """The best `nodes` candidates (ancestors rank above descendants: a tiny per-depth penalty breaks ties),
         stored in pool order (parents before children), with their parents' block columns. `branch` (tokens
         (B, m), rows (B,) bool): a chain from the root (prompt lookup's n-gram continuation) that replaces the
-        m lowest-ranked nodes of those rows."""
+        m lowest-ranked nodes of those rows (m <= nodes - top_k)."""
         tokens, parents, depths = (torch.cat(x, 1) for x in (pool_tokens, pool_parents, pool_depths))
         floor = torch.finfo(torch.float32).min / 4  # -inf / NaN draft scores (an overflowing fp16 head) rank last
         scores = torch.nan_to_num(torch.cat(pool_scores, 1).float(), nan=floor, neginf=floor) - 1e-4 * depths
@@ -200,7 +200,7 @@ class FeatureDrafter(Drafter):
         max_depth = shape.depth
         if branch is not None:
             chain, rows = branch
-            m = min(chain.shape[1], shape.nodes // 2)
+            m = min(chain.shape[1], shape.nodes - shape.top_k)  # the head keeps at least its top_k first tokens
             size, device = tokens.shape[1], tokens.device
             steps = torch.arange(m, device=device)
             tokens = torch.cat([tokens, chain[:, :m]], 1)
