@@ -10,7 +10,7 @@ each ratio is the median over the repeats of that repeat's ratio (this CPU drift
                lookup, a chain of K=5 without lookup (tree vs chain, same head), the distilled same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
-  chat@4       batch 4: the default
+  chat@4       batch 4: the default (a chain at batch > 1 on a CPU), and the tree forced
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
 
@@ -133,6 +133,7 @@ def main():
     p.add_argument("--head", default=None, help="head directory (default: the shipped smollm2_head)")
     p.add_argument("--skip", default="", help="comma-separated groups to skip (chat,grounded,sample,batch4,uag)")
     p.add_argument("--output", default=None)
+    p.add_argument("--merge", action="store_true", help="replace only the groups run here in an existing --output")
     args = p.parse_args()
     skip = set(args.skip.split(","))
     target, tok = load(smollm2())
@@ -179,7 +180,8 @@ def main():
                                                 num_assistant_tokens=args.lookup),
             "head default (tree + lookup branch)": ours(head, greedy)}),
         "sample@1": (chat, 1, sample, {"head default (tree + lookup branch)": ours(head, sample)}),
-        "chat@4": (chat, 4, greedy, {"head default (tree + lookup branch)": ours(head, greedy)}),
+        "chat@4": (chat, 4, greedy, {"head default (batch > 1 on CPU: chain K=3 + lookup)": ours(head, greedy),
+                                     "head tree + lookup branch (draft_tree=True)": ours(head, greedy, draft_tree=True)}),
         "uag@1": (chat, 1, greedy, {
             "transformers UAG K=5": lambda enc, m: target.generate(
                 **enc, max_new_tokens=m, assistant_model=hf_cross, tokenizer=tok, assistant_tokenizer=ctok, **greedy),
@@ -216,6 +218,14 @@ def main():
                "command": "python benchmarks/bench_feature_head.py --output benchmarks/results/feature_head.json",
                "groups": results}
     if args.output:
+        if args.merge:  # keep the groups of the earlier run that this one skipped
+            import os
+
+            if os.path.exists(args.output):
+                with open(args.output) as f:
+                    earlier = json.load(f)
+                summary["groups"] = {**earlier.get("groups", {}), **results}
+                summary["merged"] = f"groups {sorted(results)} rerun {summary['date']}; the others from the earlier run"
         with open(args.output, "w") as f:
             json.dump(summary, f, indent=1, default=str)
 

@@ -54,7 +54,8 @@ def plain(embedded, prompts):
                                                     max_new_tokens=24, num_assistant_tokens=3).metrics.accepted_tokens
                                for b in (1, 4)}
     ref["tree_accepted"] = {b: assisted_generate(target, ref["feature_head"], ref[f"ids{b}"], ref[f"mask{b}"],
-                                                 max_new_tokens=24).metrics.accepted_tokens for b in (1, 4)}
+                                                 max_new_tokens=24, draft_tree=True).metrics.accepted_tokens
+                            for b in (1, 4)}
     tt, dt = small_pair()
     tiny = {
         "same": (_sharp(tiny_llama(8, 0, layers=1, hidden=16), "lm_head", 4.0),
@@ -493,7 +494,7 @@ def test_feature_head_tree_on_gaudi_target_equals_target(plain, emu, gaudi_model
     for max_new in (16, 24):
         emu.reset_counters(clear_graphs=True)
         out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
-                                do_sample=False, **GAUDI)
+                                do_sample=False, draft_tree=True, **GAUDI)
         assert torch.equal(out.sequences, plain[f"greedy{batch}"][:, : out.sequences.shape[1]])
         captured.append(emu.captures.get("target", 0))
         assert out.metrics.tree_rounds == out.metrics.target_calls - 1 and (batch, 13) in out.metrics.target_shapes

@@ -94,10 +94,23 @@ def test_head_tree_matches_target_batch(embedded, prompts, shape, lookup, draft_
     model, tok = embedded["target"]
     head = make_head(model, draft_vocab)
     ids, mask = batch(tok, [prompts[0] * 2, prompts[3][:50], prompts[5]])
-    out = assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup, **shape)
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup,
+                            draft_tree=True, **shape)
     assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
     nodes = shape.get("tree_nodes", 12)
     assert (3, nodes + 1) in out.metrics.target_shapes  # the verify ran the tree's bucket
+
+
+def test_batches_draft_a_chain_on_a_cpu_unless_a_tree_is_asked_for(embedded, prompts):
+    """The automatic choice at batch > 1 on a CPU is a chain (B x (nodes + 1) verify tokens cost more than the tree
+    gains there); draft_tree=True still drafts the tree."""
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:2])
+    auto = assisted_generate(model, head, ids, mask, max_new_tokens=8)
+    assert auto.metrics.tree_rounds == 0
+    forced = assisted_generate(model, head, ids, mask, max_new_tokens=8, draft_tree=True)
+    assert forced.metrics.tree_rounds > 0 and torch.equal(forced.sequences, auto.sequences)
 
 
 def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded, prompts):

@@ -104,7 +104,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
                      TargetScorer(model, cfg.generation_config, input_ids, cfg.max_new_tokens, logits_processor,
                                   prefix_allowed_tokens_fn))
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
-        cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model)
+        cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
         drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state, call.capacity,
                                 cfg, call.sampler, runner_factory,
                                 call.scorer.for_draft() if call.scorer.needed else None)
@@ -219,12 +219,16 @@ class _Call:
         return out
 
 
-def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_model):
+def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_model, batch_size: int = 1):
     """The call's draft tree, or None (a chain) with one printed line saying why, when something cannot take one:
-    the runner (no explicit positions / tree mask), sampling, logits processors or scores, the kind of draft."""
+    the runner (no explicit positions / tree mask), logits processors or scores, the kind of draft. The automatic
+    choice (draft_tree unset) drafts a chain for batches: B x (nodes + 1) verify tokens cost more than a tree gains
+    on a CPU (SmolLM2, batch 4: tree 0.75x the prepacked target-only path, docs/benchmarks.md)."""
     from .drafters import FeatureHead
 
     if cfg.tree is None:
+        return None
+    if batch_size > 1 and not cfg.tree_requested and runner_device(runner) == "cpu":
         return None
     why = None
     if not getattr(runner, "supports_tree", False):
@@ -238,6 +242,11 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     if cfg.tree_requested or isinstance(assistant_model, FeatureHead):
         warnings.warn(f"optimum-uag: drafting a chain instead of a tree: {why}", stacklevel=4)
     return None
+
+
+def runner_device(runner) -> str:
+    device = getattr(runner, "device", None)
+    return getattr(device, "type", str(device))
 
 
 def _compiled_plan(plan, model, torch_compile, cfg):
