@@ -176,17 +176,19 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
 
 def _tree_shape(args: dict, k_given: bool, assistant_model, schedule: str) -> tuple[TreeShape | None, bool]:
     """The draft tree of this call: draft_tree=None (auto) drafts a tree for a feature head unless the caller fixed
-    num_assistant_tokens (argument or generation_config) or a schedule; True asks for one; False a chain."""
+    num_assistant_tokens (argument or generation_config) or a schedule; True asks for one; False a chain. A tree
+    shape given (tree_depth / tree_top_k / tree_nodes) asks for a tree as draft_tree=True does."""
     flag = args["draft_tree"]
     if flag not in (None, True, False):
         raise ValueError(f"draft_tree must be True, False or None (auto), got {flag!r}")
     shape = {k: args[f"tree_{k}"] for k in ("depth", "top_k", "nodes")}
     if flag is False:
         return None, False
-    if flag is None and (not _is_feature_head(assistant_model) or k_given or schedule != "constant"):
+    requested = flag is True or any(v is not None for v in shape.values())
+    if not requested and (not _is_feature_head(assistant_model) or k_given or schedule != "constant"):
         return None, False
     default = DEFAULT_TREE
-    return TreeShape(**{k: (v if v is not None else getattr(default, k)) for k, v in shape.items()}), flag is True
+    return TreeShape(**{k: (v if v is not None else getattr(default, k)) for k, v in shape.items()}), requested
 
 
 def _merged_generation_config(model, generation_config: GenerationConfig | None) -> GenerationConfig:
