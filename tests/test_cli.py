@@ -358,8 +358,8 @@ def test_readme_and_docs_tables_come_from_the_results_files():
 
 
 def test_readme_names_only_flags_and_commands_the_code_has():
-    """Every `--flag` README.md names is a flag of generate, tune or train-draft (or the deepspeed launcher's
-    --num_gpus); every `optimum-uag X` is a command; every results.json key it names in backticks is written."""
+    """Every `--flag` README.md names is a flag of generate, tune, train-draft, a benchmark script (or the deepspeed
+    launcher's --num_gpus); every `optimum-uag X` is a command; every results.json key it names in backticks is written."""
     import re
 
     from optimum_uag.cli import USAGE, flags, train_draft, tune
@@ -368,6 +368,8 @@ def test_readme_names_only_flags_and_commands_the_code_has():
     known = {"--num_gpus"}  # deepspeed's own
     for parser in (flags.build_parser(), tune.build_parser(), train_draft.build_parser()):
         known |= {o for action in parser._actions for o in action.option_strings}
+    for script in [*(REPO / "benchmarks").glob("*.py"), *(REPO / "scripts").glob("*.py")]:  # their own flags
+        known |= set(re.findall(r"add_argument\(\s*\"(--[a-z_][a-z_0-9]*)\"", script.read_text(encoding="utf-8")))
     assert set(re.findall(r"--[a-z_][a-z_0-9]*", readme)) - known == set()
     commands = set(re.findall(r"optimum-uag (\w[\w-]*)", USAGE))
     assert set(re.findall(r"optimum-uag ([a-z][a-z-]*)", readme)) <= commands

@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_assistant_tokens_schedule", choices=["constant", "heuristic", "confidence"], default="constant")
     p.add_argument("--draft_tree", choices=["auto", "on", "off"], default="auto",
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
-                        "given; off drafts a chain of K")
+                        "given (a chain for batches on a CPU); off drafts a chain of K; a `--tree_*` flag asks for a "
+                        "tree as `on` does")
     p.add_argument("--tree_depth", type=int, default=None, help="levels below the root (default 4)")
     p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width (default 4)")
     p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket (default 12)")
