@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_assistant_tokens", type=int, default=None,
                    help="K, draft tokens per round (default: 3 for a feature head, else 5)")
     p.add_argument("--num_assistant_tokens_schedule", choices=["constant", "heuristic", "confidence"], default="constant")
+    p.add_argument("--draft_policy", choices=["auto", "adaptive", "fixed"], default="auto",
+                   help="draft length per round: adaptive = chosen from the measured draft cost and acceptance, "
+                        "no draft where drafting does not pay (auto: adaptive unless --num_assistant_tokens or a "
+                        "schedule is given; eager CPU/CUDA); fixed = K every round")
     p.add_argument("--draft_tree", choices=["auto", "on", "off"], default="auto",
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
                         "given (a chain for batches on a CPU); off drafts a chain of K; a `--tree_*` flag asks for a "

@@ -227,6 +227,8 @@ def build_methods(setup: Setup, gen_kwargs: dict) -> dict:
                   assistant_confidence_threshold=args.assistant_confidence_threshold, **setup.gaudi_kwargs)
     if args.prompt_lookup_num_tokens:
         engine["prompt_lookup_num_tokens"] = args.prompt_lookup_num_tokens
+    if args.draft_policy != "auto":
+        engine["draft_policy"] = args.draft_policy
     if args.draft_tree != "auto":
         engine["draft_tree"] = args.draft_tree == "on"
     for name in ("tree_depth", "tree_top_k", "tree_nodes"):
@@ -287,17 +289,29 @@ def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) ->
     if args.batch_size > 1:
         setup.notes.append("transformers' assisted generation supports batch size 1 only: baseline skipped")
         return
-    k = args.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS
     kw = dict(gen_kwargs, assistant_model=draft)
     if draft_tok is not None and not _same(setup.tokenizer, draft_tok):
         kw.update(tokenizer=setup.tokenizer, assistant_tokenizer=draft_tok)
     # transformers reads K and its schedule from the assistant's generation_config (a num_assistant_tokens keyword
     # of generate() is ignored for the assistant): set there for the call, as the optimum-uag row runs
-    schedule = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
-                    assistant_confidence_threshold=(args.assistant_confidence_threshold
-                                                    if args.num_assistant_tokens_schedule == "confidence" else 0.0))
+    if args.num_assistant_tokens is None and args.draft_policy != "fixed" and args.num_assistant_tokens_schedule == "constant":
+        # optimum-uag's row chooses its length (adaptive): transformers runs its own default policy (20 tokens,
+        # stopped where the draft's confidence falls below 0.4), whatever the assistant's checkpoint says
+        from transformers import GenerationConfig
+
+        defaults = getattr(GenerationConfig, "_get_default_generation_params", None)  # transformers 5
+        defaults = defaults() if defaults is not None else GenerationConfig().to_dict()
+        schedule = {key: defaults[key] for key in ("num_assistant_tokens", "num_assistant_tokens_schedule",
+                                                   "assistant_confidence_threshold")}
+        why = "transformers' own default policy, as optimum-uag's row chooses its own"
+    else:
+        k = args.num_assistant_tokens or DEFAULT_NUM_ASSISTANT_TOKENS
+        schedule = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=args.num_assistant_tokens_schedule,
+                        assistant_confidence_threshold=(args.assistant_confidence_threshold
+                                                        if args.num_assistant_tokens_schedule == "confidence" else 0.0))
+        why = "set for its calls, as optimum-uag's row drafts"
     setup.notes.append("transformers assisted: assistant_model.generation_config " + ", ".join(
-        f"{key}={value}" for key, value in schedule.items()) + " (set for its calls, as optimum-uag's row drafts)")
+        f"{key}={value}" for key, value in schedule.items()) + f" ({why})")
 
     def transformers_assisted(enc):
         config = draft.generation_config

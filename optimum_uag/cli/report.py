@@ -28,6 +28,9 @@ def row_summary(row, rows: dict, greedy: bool) -> dict:
                    draft_share=(m.draft_seconds + m.translate_seconds) / total if total else 0.0,
                    translate_share=m.translate_seconds / total if total else 0.0,
                    verify_share=m.verify_seconds / total if total else 0.0)
+        if m.adaptive_rounds:  # the adaptive draft length's choices (engine/policy.py)
+            out["mean_draft_length"] = m.mean_draft_length
+            out["rounds_without_draft_share"] = m.rounds_without_draft / m.adaptive_rounds
         if m.tree_shapes:  # (depth, top_k, nodes) of the draft trees, and the share of rounds that drafted one
             out["draft_tree"] = [list(shape) for shape in m.tree_shapes]
             out["tree_rounds_share"] = m.tree_rounds / m.target_calls if m.target_calls else 0.0
@@ -67,7 +70,8 @@ def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
         "warmup_seconds": {name: row.warmup_seconds for name, row in rows.items()},
     }
     for key in ("tau", "acceptance_rate", "target_calls", "translate_share", "draft_share", "outputs_match_target",
-                "rows_differing", "token_mismatch_rate", "speedup_vs_transformers_assisted", "draft_tree"):
+                "rows_differing", "token_mismatch_rate", "speedup_vs_transformers_assisted", "draft_tree",
+                "mean_draft_length", "rounds_without_draft_share"):
         if key in top:
             report[key] = top[key]
     if rows[main].metrics is not None:
@@ -144,6 +148,10 @@ def print_report(report: dict) -> None:
             depth, top_k, nodes = row["draft_tree"][0]
             print(f"{ROW_TITLES.get(name, name)}: draft tree depth {depth}, top_k {top_k}, {nodes} nodes per verify "
                   f"({row['tree_rounds_share']:.0%} of rounds)")
+    for name, row in report["rows"].items():
+        if "rounds_without_draft_share" in row:
+            print(f"{ROW_TITLES.get(name, name)}: adaptive draft length, mean {row['mean_draft_length']:.2f} tokens "
+                  f"per drafting round, {row['rounds_without_draft_share']:.0%} of rounds without a draft")
     if report.get("speedup_vs_best_target_only") is not None:
         print(f"speedup vs the fastest target-only path ({best}) {report['speedup_vs_best_target_only']:.2f}x, "
               f"vs transformers' generate() {report['speedup_vs_transformers_generate']:.2f}x  (main row: optimum-uag)")

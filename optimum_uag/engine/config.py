@@ -7,9 +7,11 @@ from dataclasses import dataclass
 import torch
 from transformers import GenerationConfig
 
+from .policy import MAX_K as ADAPTIVE_MAX_K
 from .tree import TreeShape
 
 SCHEDULES = ("constant", "heuristic", "confidence")
+DRAFT_POLICIES = ("adaptive", "fixed")
 # A feature head's default draft tree (EAGLE-2), measured on SmolLM2 on this 2-core CPU against the prepacked
 # target-only path (4 tuning requests, paired per request): (4,3,8) 1.13x, (4,4,12) 1.13x (tau 1.91), (5,4,16)
 # 0.93x, (6,4,24) 0.85x: a verify of 13 tokens costs ~1.4 one-token forwards here, of 25 ~1.9 (docs/benchmarks.md)
@@ -54,18 +56,21 @@ class AssistedConfig:
     generation_config: GenerationConfig | None = None  # the merged config (for transformers' logits processors)
     tree: TreeShape | None = None  # a draft tree (engine/tree.py) where the drafter, runner and options allow
     tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
+    adaptive: bool = False  # draft length chosen per round from measured cost and acceptance (engine/policy.py)
 
     @property
     def max_draft_tokens(self) -> int:
         """The most candidates one round can propose: K (constant schedule), else the schedule's cap; prompt
         lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
+        k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
         return max(k, self.prompt_lookup_num_tokens or 0, self.tree.nodes if self.tree is not None else 0)
 
     @property
     def max_accepted_tokens(self) -> int:
         """The most draft tokens one round can accept (a tree accepts one path; a lookup branch may be longer)."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
+        k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
         return max(k, self.prompt_lookup_num_tokens or 0, self.tree.depth if self.tree is not None else 0)
 
 
@@ -90,6 +95,10 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     kwargs = dict(kwargs)
     max_assistant_tokens = kwargs.pop("max_assistant_tokens", 16)  # engine-only: cap of the heuristic schedule
     tree_args = {name: kwargs.pop(name, None) for name in ("draft_tree", "tree_depth", "tree_top_k", "tree_nodes")}
+    policy = kwargs.pop("draft_policy", None)
+    if policy not in (None, *DRAFT_POLICIES):
+        raise ValueError(f"draft_policy must be one of {DRAFT_POLICIES} or None (adaptive unless num_assistant_tokens "
+                         f"or a schedule is given), got {policy!r}")
     explicit = dict(kwargs)
     _check_neutral(explicit)  # before transformers' own validation, so the message names our fix
     max_new = explicit.get("max_new_tokens")
@@ -130,6 +139,12 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     k_given = "num_assistant_tokens" in explicit or (
         generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
     tree, requested = _tree_shape(tree_args, k_given, assistant_model, schedule)
+    # "constant" is transformers' default schedule: a fixed length is asked for with num_assistant_tokens (or
+    # draft_policy="fixed")
+    adaptive = policy == "adaptive" or (policy is None and not k_given and schedule == "constant")
+    if adaptive and schedule != "constant":
+        raise ValueError(f"draft_policy='adaptive' chooses the draft length itself; drop "
+                         f"num_assistant_tokens_schedule={schedule!r} or pass draft_policy='fixed'")
     eos = None if ignore_eos else config.eos_token_id  # Gaudi runs (optimum-habana's ignore_eos): max_new_tokens
     eos_ids = () if eos is None else tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
     pad = config.pad_token_id
@@ -171,6 +186,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         generation_config=config,
         tree=tree,
         tree_requested=requested,
+        adaptive=adaptive,
     )
 
 

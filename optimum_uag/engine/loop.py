@@ -17,7 +17,9 @@ from .drafters import build_drafter, pad_proposal, resolve_assistant
 from .metrics import Metrics
 from .processors import TargetScorer
 from .sampling import LogitsWarper, TokenSampler
-from .state import DecodingState
+from .policy import MAX_K as ADAPTIVE_MAX_K
+from .policy import AdaptivePolicy
+from .state import DecodingState, Proposal
 from .verify import Verifier
 
 
@@ -84,6 +86,10 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     assistant_model = resolve_assistant(assistant_model)
     plan = plan_for(model, kwargs, generation_config)  # pops the backend's own knobs (Gaudi: lazy_mode, ...)
     cfg = resolve_config(model, assistant_model, generation_config, kwargs, ignore_eos=plan.ignore_eos)
+    if torch_compile or plan.static_verify:
+        # one fixed verify width (HPU graphs, torch.compile): a round without a draft would cost the full verify, so
+        # these backends keep a fixed K (the adaptive policy runs on eager CPU / CUDA)
+        cfg.adaptive = False
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
@@ -105,6 +111,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
                                   prefix_allowed_tokens_fn))
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
+        call.policy = _adaptive_policy(cfg)
         drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state, call.capacity,
                                 cfg, call.sampler, runner_factory,
                                 call.scorer.for_draft() if call.scorer.needed else None)
@@ -130,6 +137,8 @@ class _Call:
         self.sampler = TokenSampler(self.warper, need_confidence=cfg.schedule == "confidence")
         self.scorer = scorer  # the target's logits processors, applied per verified position
         self.all_accepted = False
+        self.round_stats = (0, 0, None)  # tokens committed, active rows, accepted-count histogram of the last round
+        self.policy = None  # engine/policy.py AdaptivePolicy where cfg.adaptive
 
     def run(self, drafter, runner) -> AssistedGenerateOutput:
         """The loop: draft, verify, commit (translation inside the drafter), until every row ends."""
@@ -145,11 +154,16 @@ class _Call:
             self.streamer.put(self.input_ids.cpu())
         rounds = self.plan.rounds
         agree = stop_agreement()  # multi-card: one stopping decision for every rank
+        policy = self.policy
         if rounds is not None:
             rounds.start()
         while True:
             t0 = time.perf_counter()
-            proposal = drafter.propose(state, schedule.k)
+            k = schedule.k if policy is None or state.round == 0 else policy.next()
+            if k == 0:  # no draft this round (the adaptive policy): the target's own decoding step
+                proposal = Proposal(tokens=state.tokens[:, :0])
+            else:
+                proposal = drafter.propose(state, k)
             if static_k is not None:
                 proposal = pad_proposal(proposal, static_k)
             t1 = time.perf_counter()
@@ -161,10 +175,17 @@ class _Call:
                 for b, n in enumerate(n_new.tolist()):
                     kept[b] += [(verifier.last[0][b, j].clone(), verifier.last[1][b, j].clone()) for j in range(n)]
             t3 = time.perf_counter()
-            drafter.commit(state, proposal, verdict, n_new)
+            if k == 0:
+                drafter.skipped(state, verdict, n_new)
+            else:
+                drafter.commit(state, proposal, verdict, n_new)
             t4 = time.perf_counter()
+            first = state.round == 0
             all_done = self._observe(metrics, state, proposal, verdict, n_new, active, finite,
                                      (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3))
+            if policy is not None and not first:
+                policy.observe(k and proposal.tokens.shape[1], time.perf_counter() - t0, self.round_stats[0],
+                               self.round_stats[1], self.round_stats[2])
             schedule.update(self.all_accepted)
             if rounds is not None:
                 rounds.step(self.round_tokens)
@@ -187,8 +208,17 @@ class _Call:
         stats = torch.stack([
             state.done.all().long(), finite.long(), ((verdict.accepted == k) | ~active).all().long(),
             (active.long() * k).sum(), accepted.sum(), n_new.sum(), active.sum(), n_new.max(),
-        ]).tolist()  # the one host sync of the round
-        all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active, self.round_tokens = stats
+        ])
+        hist = None
+        if self.policy is not None and proposal.tree is None and proposal.tokens.shape[1] > 0:
+            # rows that accepted 0, 1, ... draft tokens (the adaptive policy's acceptance per position)
+            width = proposal.tokens.shape[1]
+            hist = torch.bincount(torch.where(active, verdict.accepted.clamp_max(width), width + 1),
+                                  minlength=width + 2)[: width + 1]
+            stats = torch.cat([stats, hist])
+        stats = stats.tolist()  # the one host sync of the round
+        all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active, self.round_tokens = stats[:8]
+        self.round_stats = (n_gen, n_active, stats[8:] if hist is not None else None)
         if not ok:
             raise FloatingPointError(
                 "the target produced NaN/inf logits; check the model's dtype (fp16 overflow) and weights"
@@ -198,6 +228,11 @@ class _Call:
         state.round += 1
         self.all_accepted = bool(all_accepted)
         metrics.observe(drafted, n_acc, n_gen, n_active, draft_s, verify_s, other_s)
+        if self.policy is not None and state.round > 1:  # rounds after the prefill
+            metrics.adaptive_rounds += 1
+            if proposal.tokens.shape[1] == 0:
+                metrics.rounds_without_draft += 1
+                metrics.row_rounds_without_draft += n_active
         return bool(all_done)
 
     def _output(self, metrics, verifier, drafter, kept) -> AssistedGenerateOutput:
@@ -242,6 +277,13 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     if cfg.tree_requested or isinstance(assistant_model, FeatureHead):
         warnings.warn(f"optimum-uag: drafting a chain instead of a tree: {why}", stacklevel=4)
     return None
+
+
+def _adaptive_policy(cfg: AssistedConfig) -> AdaptivePolicy | None:
+    """The call's adaptive draft-length policy (engine/policy.py), or None (a fixed K)."""
+    if not cfg.adaptive:
+        return None
+    return AdaptivePolicy(cfg.num_assistant_tokens, max(ADAPTIVE_MAX_K, cfg.num_assistant_tokens), tree=cfg.tree is not None)
 
 
 def runner_device(runner) -> str:

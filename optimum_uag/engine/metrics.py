@@ -23,6 +23,9 @@ class Metrics:
     draft_forwards: int = 0
     tree_rounds: int = 0  # rounds that verified a draft tree (engine/tree.py)
     tree_shapes: list = field(default_factory=list)  # (depth, top_k, nodes) of the call's draft trees
+    adaptive_rounds: int = 0  # rounds whose draft length the adaptive policy chose (engine/policy.py)
+    rounds_without_draft: int = 0  # of those, rounds it verified no draft (the target's own decoding step)
+    row_rounds_without_draft: int = 0  # the same, counted per active row
 
     @property
     def acceptance_rate(self) -> float:
@@ -31,6 +34,12 @@ class Metrics:
     @property
     def tau(self) -> float:
         return self.generated_tokens / self.row_target_calls if self.row_target_calls else 0.0
+
+    @property
+    def mean_draft_length(self) -> float:
+        """Draft tokens per row and round that drafted (a tree: its depth; the prefill round counts as drafting)."""
+        rounds = self.row_target_calls - self.row_rounds_without_draft
+        return self.draft_tokens / rounds if rounds else 0.0
 
     @property
     def target_tokens(self) -> int:
@@ -65,5 +74,6 @@ class Metrics:
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        out.update(acceptance_rate=self.acceptance_rate, tau=self.tau, target_tokens=self.target_tokens)
+        out.update(acceptance_rate=self.acceptance_rate, tau=self.tau, target_tokens=self.target_tokens,
+                   mean_draft_length=self.mean_draft_length)
         return out

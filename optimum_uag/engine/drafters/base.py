@@ -33,6 +33,10 @@ class Drafter:
     def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         """Nothing to learn by default: a draft on the target's slots re-reads the committed tokens itself."""
 
+    def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
+        """A round verified without a draft (the adaptive policy's choice): keep what the next propose() needs to
+        catch up on the tokens committed meanwhile. Nothing by default (a drafter that re-reads the tokens)."""
+
     def idle(self, state: DecodingState):
         """A round whose candidates come from another drafter (prompt lookup): keep in step; returns the record
         commit() will get for it. Drafters that re-read the committed tokens need nothing."""

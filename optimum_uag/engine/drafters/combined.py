@@ -41,6 +41,9 @@ class LookupThenDraft(Drafter):
         inner = record if kind == "inner" else Proposal(tokens=proposal.tokens, record=record)
         self.inner.commit(state, inner, verdict, n_new)
 
+    def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
+        self.inner.skipped(state, verdict, n_new)
+
     def stats(self) -> DraftStats:
         return self.inner.stats()
 

@@ -108,8 +108,9 @@ class FeatureDrafter(Drafter):
         return self._logits(self.last)
 
     def _catch_up(self, state: DecodingState) -> None:
-        """Write the pairs of true features not yet in the head's cache; leave the output at the last one."""
-        width = state.prompt_len if state.round == 1 else self.width
+        """Write the pairs of true features not yet in the head's cache; leave the output at the last one. One block
+        of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap."""
+        width = max(self.width, int((state.length - 1 - self.synced).max()))
         slots = self.synced[:, None] + torch.arange(width, device=self.synced.device)
         slots = slots.clamp_max(self.columns - 1)
         feats = self.features.gather(1, slots[..., None].expand(-1, -1, self.features.shape[-1]))
@@ -230,6 +231,10 @@ class FeatureDrafter(Drafter):
         feats = verdict.features
         slots = (verdict.start[:, None] + torch.arange(feats.shape[1], device=feats.device)).clamp_max(self.columns - 1)
         self.features.scatter_(1, slots[..., None].expand(-1, -1, feats.shape[-1]), feats.to(self.features.dtype))
+
+    def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
+        """The round's features (of the target's own token) are kept; the next catch-up writes its pair."""
+        self.commit(state, None, verdict, n_new)
 
     def stats(self) -> DraftStats:
         return DraftStats(shapes=sorted(self.shapes), forwards=self.calls)

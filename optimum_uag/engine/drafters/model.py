@@ -26,18 +26,24 @@ class ModelDrafter(Drafter):
         self.processors = processors  # the target's logits processors (repetition_penalty, ...), or None
         self.sampler = sampler
         self.threshold = confidence_threshold
+        self.synced = state.length.clone()  # committed slots below this are in the draft's cache
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         if self.limit is not None and int((state.length - state.pad).max()) + k > self.limit:
             return no_proposal(state, 1)
         if state.round == 0:
             start, width = torch.zeros_like(state.length), state.prompt_len
-        else:
-            start, width = state.length - 2, 2
+        else:  # the last two committed tokens; after rounds without a draft, every token since the last draft
+            width = max(2, int((state.length - self.synced).max()))
+            start = state.length - width
         logits = self.runner.forward(state.window(start, width), start, logits_to_keep=1)[:, -1]
         pick = Picker(state, self.vocab_size, self.sampler, self.processors)
         tokens, dists = draft_loop(self.runner, logits, k, pick, state.length, self.threshold, state.done)
         return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
+
+    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
+        # the cache holds the committed tokens up to slot length - 3 (the next round re-reads the last two)
+        self.synced = state.length - 2
 
     def stats(self) -> DraftStats:
         return DraftStats(shapes=sorted(self.runner.shapes), forwards=self.runner.calls)

@@ -274,6 +274,10 @@ class UniversalDrafter(Drafter):
         self._commit(state, record, n_new, verdict.tokens.shape[1])
         self.translate_seconds += time.perf_counter() - t0
 
+    def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
+        """Mirror the target's own token in the draft's text (its cache catches up at the next propose)."""
+        self.commit(state, Proposal(tokens=verdict.tokens[:, :0]), verdict, n_new)
+
     def _commit(self, state: DecodingState, record: dict, n_new: torch.Tensor, width: int) -> None:
         rows, texts = record["drafted"], record["texts"] or self._draft_texts(record["drafted"])
         lengths, counts = state.length.tolist(), n_new.tolist()

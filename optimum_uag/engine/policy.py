@@ -1,0 +1,141 @@
+"""Draft length that adapts, per call, to what drafting costs and earns on this device.
+
+A draft pays only when the tokens it adds per round outweigh its cost: the draft's own steps and the wider verify.
+Neither is known in advance (users bring any draft: one cheaper than the target, or one larger with a 256k-token
+vocabulary; a CPU where a verify of 9 tokens costs 1.3 one-token forwards, a GPU where it costs one). The policy
+measures both during the call, as dynamic speculation lookahead (Mamou et al. 2024) and cost-aware draft length
+(SpecDec++, Huang et al. 2024) do, and picks each round's K to maximise expected tokens per second:
+
+  t0        wall time of a round without a draft: the target decodes one token on the same cache (EMA)
+  s         extra wall time per drafted token (draft step + wider verify), from drafting rounds (EMA)
+  alpha_j   acceptance at draft position j given j - 1 accepted (decayed counts, prior 1/2)
+  E(K)      = 1 + sum_{i <= K} prod_{j <= i} alpha_j tokens per row, in t0 + s K seconds
+
+K = 0 (no draft) is one of the choices: a draft that does not pay is switched off, and a probe round drafts again
+after 4, 8, 16, 32 rounds without one (with the K the estimates favour, the cheapest when the draft is costly), so
+prompt-lookup matches or a passage the draft knows bring it back. While drafting, a round without a draft every 32
+rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
+option against no draft, its tokens and time per round measured as they come.
+
+Greedy output stays exactly the target's and sampling stays lossless whatever the choices: each round's K is fixed
+before that round's draws, and a round without a draft is the target's own decoding step.
+"""
+from __future__ import annotations
+
+EMA = 0.3  # weight of the newest round in the time averages
+DECAY = 0.95  # per round, on the acceptance counts (text changes: code, prose, a quoted passage)
+PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
+REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
+MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
+
+
+class AdaptivePolicy:
+    """Chooses each round's draft length: 0 (no draft), 1..max_k (a chain), or the call's tree (`tree=True`: any
+    K > 0 means the tree). `next()` before the round, `observe()` after it."""
+
+    def __init__(self, start_k: int, max_k: int = MAX_K, tree: bool = False):
+        self.max_k, self.tree = max(1, max_k), tree
+        self.start_k = max(1, min(start_k, self.max_k))
+        self.t0: float | None = None  # seconds per round without a draft
+        self.s: float | None = None  # extra seconds per drafted token (chain)
+        self.tree_rate: float | None = None  # tokens per second of tree rounds (per round: tokens / time, EMA)
+        self.plain_tokens: float | None = None  # tokens per round without a draft (the active rows)
+        self.reached = [0.0] * (self.max_k + 1)  # [j]: rows that reached draft position j (1-based)
+        self.accepted = [0.0] * (self.max_k + 1)
+        self.gap = 0  # index into PROBE_GAPS while not drafting
+        self.without = 0  # rounds in a row without a draft
+        self.drafting = 0  # drafting rounds since the last round without one
+        self.rounds = 0  # rounds observed (after the prefill)
+        self.seen = [0, 0]  # rounds observed without / with a draft (the first of each is a warm-up, not timed)
+
+    # --------------------------------------------------------------------------------------------- estimates
+    def alpha(self, j: int) -> float:
+        """Acceptance at position j given j - 1 accepted; an unseen position takes the nearest seen one's value."""
+        for i in range(j, 0, -1):
+            if self.reached[i] > 0.5:
+                return (self.accepted[i] + 0.5) / (self.reached[i] + 1.0)
+        return 0.5
+
+    def expected_tokens(self, k: int) -> float:
+        total, run = 1.0, 1.0
+        for j in range(1, k + 1):
+            run *= self.alpha(j)
+            total += run
+        return total
+
+    def best_k(self) -> tuple[int, float]:
+        """The chain length with the most expected tokens per second (K >= 1), and that rate relative to t0."""
+        best, rate = 1, 0.0
+        for k in range(1, self.max_k + 1):
+            r = self.expected_tokens(k) * self.t0 / (self.t0 + self.s * k)
+            if r > rate:
+                best, rate = k, r
+        return best, rate
+
+    # --------------------------------------------------------------------------------------------- choice
+    def next(self) -> int:
+        """K for the coming round (after the prefill round, which the drafter runs as always)."""
+        return self._choose()
+
+    def _choose(self) -> int:
+        if self.t0 is None:
+            return 0  # first: rounds without a draft (t0)
+        if self.tree:
+            if self.tree_rate is None:
+                return self.start_k
+            draft_pays = self.tree_rate * self.t0 / max(self.plain_tokens, 1e-9) > 1.0
+            k, rate = 1, None
+        else:
+            if self.s is None:
+                return self.start_k
+            k, rate = self.best_k()
+            draft_pays = rate > 1.0
+        if draft_pays:
+            self.gap = 0
+            return 0 if self.drafting >= REFRESH else k
+        if self.without >= PROBE_GAPS[min(self.gap, len(PROBE_GAPS) - 1)]:
+            self.gap += 1
+            return k  # a probe round
+        return 0
+
+    def observe(self, k: int, seconds: float, tokens: int, active: int, accepted_hist: list[int] | None) -> None:
+        """One round: its K, wall time, tokens committed over `active` rows, and how many rows accepted 0, 1, ...
+        draft tokens (accepted_hist[a]; chains only)."""
+        self.rounds += 1
+        if active <= 0:
+            return
+        kind = int(k > 0)
+        self.seen[kind] += 1
+        if self.seen[kind] == 1:  # warm-up: first allocations, the draft's first catch-up over the prompt
+            self.without, self.drafting = (self.without + 1, 0) if k == 0 else (0, self.drafting + 1)
+            if k > 0:
+                self._count(k, accepted_hist)
+            return
+        if k == 0:
+            self.t0 = seconds if self.t0 is None else (1 - EMA) * self.t0 + EMA * seconds
+            self.plain_tokens = tokens if self.plain_tokens is None else (1 - EMA) * self.plain_tokens + EMA * tokens
+            self.without += 1
+            self.drafting = 0
+            return
+        self.without = 0
+        self.drafting += 1
+        if self.tree:
+            rate = tokens / max(seconds, 1e-9)
+            self.tree_rate = rate if self.tree_rate is None else (1 - EMA) * self.tree_rate + EMA * rate
+            return
+        extra = max(seconds - self.t0, 0.0) / k
+        self.s = extra if self.s is None else (1 - EMA) * self.s + EMA * extra
+        self._count(k, accepted_hist)
+
+    def _count(self, k: int, accepted_hist: list[int] | None) -> None:
+        if self.tree:
+            return
+        self.reached = [r * DECAY for r in self.reached]
+        self.accepted = [a * DECAY for a in self.accepted]
+        for a, rows in enumerate(accepted_hist or []):
+            if not rows:
+                continue
+            for j in range(1, min(a + 1, k) + 1):  # positions 1..a accepted, a + 1 rejected (when drafted)
+                self.reached[j] += rows
+                if j <= a:
+                    self.accepted[j] += rows

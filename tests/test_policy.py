@@ -1,0 +1,162 @@
+"""The adaptive draft length (engine/policy.py): its choices on simulated costs (a draft that pays, one that does
+not, one that starts paying mid-call), and exactness of every drafter when rounds without a draft come between
+drafting rounds in any order (greedy == target-only generate(), sampling with the target's distribution)."""
+import itertools
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.engine.policy import PROBE_GAPS, AdaptivePolicy
+
+from test_engine import _chi2, _joint_first_two, _sharp_llama, batch, reference
+from test_feature_drafter import make_head
+
+
+def _simulate(policy, rounds, t0, cost, alpha, rng, batch_size=1):
+    """Run `policy` for `rounds` rounds where a round with K drafted tokens takes cost(K) seconds and each draft
+    position is accepted with probability alpha(round) (a tree: alpha is its tokens per round); returns the Ks."""
+    ks = []
+    for r in range(rounds):
+        k = policy.next()
+        ks.append(k)
+        if policy.tree:
+            tokens = 1 if k == 0 else alpha(r)
+            policy.observe(k, t0 if k == 0 else cost(k), tokens * batch_size, batch_size, None)
+            continue
+        hist = [0] * (k + 1)
+        for _ in range(batch_size):
+            a = 0
+            while a < k and rng.random() < alpha(r):
+                a += 1
+            hist[a] += 1
+        tokens = sum((a + 1) * n for a, n in enumerate(hist))
+        policy.observe(k, cost(k), tokens, batch_size, hist if k else None)
+    return ks
+
+
+def test_a_cheap_accurate_draft_drafts_long_chains():
+    import random
+
+    policy = AdaptivePolicy(start_k=3)
+    ks = _simulate(policy, 200, 1.0, lambda k: 1.0 + 0.05 * k, lambda r: 0.85, random.Random(0))
+    later = ks[20:]
+    assert sum(k == 0 for k in later) / len(later) < 0.05  # only the rounds that re-measure t0
+    assert sum(later) / len(later) >= 4
+
+
+def test_a_draft_that_costs_more_than_it_earns_is_switched_off_with_rare_probes():
+    """An expensive draft (each drafted token costs a target step, half of them accepted): the policy stops
+    drafting; probe rounds come after 4, 8, 16, 32 rounds, with the cheapest chain."""
+    import random
+
+    policy = AdaptivePolicy(start_k=5)
+    ks = _simulate(policy, 200, 1.0, lambda k: 1.0 + 1.0 * k, lambda r: 0.5, random.Random(1))
+    later = ks[10:]
+    assert sum(k == 0 for k in later) / len(later) > 0.9
+    probes = [i for i, k in enumerate(ks) if k > 0 and i > 10]
+    assert all(ks[i] == 1 for i in probes)
+    gaps = [b - a - 1 for a, b in itertools.pairwise(probes)]
+    assert gaps[-1] == PROBE_GAPS[-1] and gaps == sorted(gaps)
+
+
+def test_drafting_resumes_when_it_starts_to_pay():
+    """A passage the draft knows (acceptance 0.05 -> 0.95 at round 60): drafting comes back at the next probe."""
+    import random
+
+    policy = AdaptivePolicy(start_k=3)
+    ks = _simulate(policy, 160, 1.0, lambda k: 1.0 + 0.1 * k, lambda r: 0.05 if r < 60 else 0.95, random.Random(2))
+    assert sum(k == 0 for k in ks[20:60]) >= 35
+    assert sum(k > 0 for k in ks[100:]) >= 55
+
+
+def test_tree_or_no_draft():
+    """A tree is one option against no draft: kept while its tokens per second beat one token per t0."""
+    good = AdaptivePolicy(start_k=3, tree=True)
+    ks = _simulate(good, 100, 1.0, lambda k: 1.4, lambda r: 2.5, None)
+    assert sum(k == 0 for k in ks[10:]) <= 4
+    bad = AdaptivePolicy(start_k=3, tree=True)
+    ks = _simulate(bad, 100, 1.0, lambda k: 1.4, lambda r: 1.2, None)
+    assert sum(k > 0 for k in ks[10:]) <= 6
+
+
+def test_batches_weigh_every_active_row():
+    import random
+
+    policy = AdaptivePolicy(start_k=3)
+    ks = _simulate(policy, 120, 1.0, lambda k: 1.0 + 0.3 * k, lambda r: 0.2, random.Random(3), batch_size=4)
+    assert sum(k == 0 for k in ks[10:]) / len(ks[10:]) > 0.85
+
+
+# ------------------------------------------------------------------------- exactness under any choice
+PATTERN = [0, 0, 3, 0, 5, 1, 0, 0, 0, 2, 8, 0, 4]
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Every assisted call's adaptive policy follows PATTERN (cycled): rounds without a draft between drafting rounds
+    of every length, including several in a row (the drafters' catch-up over more tokens than one round makes)."""
+    def choose(self):
+        self.forced = getattr(self, "forced", 0) + 1
+        return PATTERN[(self.forced - 1) % len(PATTERN)]
+
+    monkeypatch.setattr(AdaptivePolicy, "_choose", choose)
+
+
+@pytest.mark.parametrize("draft", ["model", "uag", "head_chain", "head_tree", "lookup", "head_chain_lookup"])
+def test_greedy_is_exact_whatever_the_policy_chooses(forced, embedded, prompts, draft):
+    target, tok = embedded["target"]
+    kwargs = dict(draft_policy="adaptive")
+    if draft == "model":
+        assistant = embedded["assistant_same_tokenizer"][0]
+    elif draft == "uag":
+        assistant, assistant_tok = embedded["assistant"]
+        kwargs.update(tokenizer=tok, assistant_tokenizer=assistant_tok)
+    elif draft == "lookup":
+        assistant = None
+        kwargs.update(prompt_lookup_num_tokens=4)
+    else:
+        assistant = make_head(target, 300)
+        kwargs.update(draft_tree=draft == "head_tree", prompt_lookup_num_tokens=6 if "lookup" in draft else 0)
+    ids, mask = batch(tok, [prompts[2], prompts[3][:40], prompts[6], prompts[5][:90]])
+    ref = reference(target, ids, mask, 40, tok)
+    out = assisted_generate(target, assistant, ids, mask, max_new_tokens=40, **kwargs)
+    assert torch.equal(out.sequences, ref)
+    m = out.metrics
+    assert m.adaptive_rounds > 0 and 0 < m.rounds_without_draft < m.adaptive_rounds
+    assert (m.tree_rounds > 0) == (draft == "head_tree")
+
+
+def test_sampling_keeps_the_target_distribution_across_rounds_without_a_draft(forced):
+    """The prefill round drafts, the next has no draft (the draft's cache then catches up): the first two tokens
+    follow the target's own distribution (chi-square)."""
+    from optimum_uag.engine.sampling import LogitsWarper
+
+    vocab, n = 8, 6000
+    target, draft = _sharp_llama(vocab, 0, 4.0), _sharp_llama(vocab, 1, 3.0)
+    prompt = torch.tensor([[1, 2, 3]])
+    expected = _joint_first_two(target, prompt, LogitsWarper())
+    torch.manual_seed(99)
+    out = assisted_generate(target, draft, prompt.repeat(n, 1), max_new_tokens=4, do_sample=True, top_k=0,
+                            num_assistant_tokens=1, draft_policy="adaptive", eos_token_id=None)
+    samples = (out.sequences[:, 3] * vocab + out.sequences[:, 4]).numpy()
+    assert _chi2(samples, expected, n) > 0.01
+    assert out.metrics.rounds_without_draft > 0 and out.metrics.accepted_tokens > 0
+
+
+def test_the_default_is_adaptive_and_a_fixed_length_is_kept(embedded, prompts):
+    target, tok = embedded["target"]
+    draft = embedded["assistant_same_tokenizer"][0]
+    ids, mask = batch(tok, prompts[:1])
+    auto = assisted_generate(target, draft, ids, mask, max_new_tokens=24)
+    assert auto.metrics.adaptive_rounds > 0
+    for kwargs in (dict(num_assistant_tokens=4), dict(draft_policy="fixed"),
+                   dict(num_assistant_tokens_schedule="heuristic")):
+        fixed = assisted_generate(target, draft, ids, mask, max_new_tokens=24, **kwargs)
+        assert fixed.metrics.adaptive_rounds == 0 and fixed.metrics.rounds_without_draft == 0
+        assert torch.equal(fixed.sequences, auto.sequences)
+    with pytest.raises(ValueError, match="draft_policy must be one of"):
+        assisted_generate(target, draft, ids, mask, max_new_tokens=4, draft_policy="fast")
+    with pytest.raises(ValueError, match="drop num_assistant_tokens_schedule"):
+        assisted_generate(target, draft, ids, mask, max_new_tokens=4, draft_policy="adaptive",
+                          num_assistant_tokens_schedule="heuristic")
