@@ -67,7 +67,7 @@ def head_cost(target, head, reps: int = 30) -> dict:
     return {"head_step_ms": step * 1e3, "target_1_ms": target_1 * 1e3, "ratio": step / target_1}
 
 
-def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000) -> dict:
+def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000, encode=encode) -> dict:
     """Every row on every batch of prompts, interleaved (rotating order), `repeats` times; per row: median over the
     repeats of tokens/s and of the ratio to the fastest target-only row of the same repeat."""
     batches = [prompts[i : i + batch] for i in range(0, len(prompts) - batch + 1, batch)]
@@ -113,6 +113,9 @@ def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000) -> d
                        / total, verify_share=m.verify_seconds / total, target_calls=m.target_calls,
                        tree_rounds_share=m.tree_rounds / m.target_calls if m.target_calls else 0.0,
                        draft_tree=[list(s) for s in m.tree_shapes] or None)
+            if m.adaptive_rounds:  # the adaptive draft length's choices
+                row.update(mean_draft_length=m.mean_draft_length,
+                           rounds_without_draft_share=m.rounds_without_draft / m.adaptive_rounds)
         if r != "target-only":
             row["exact"] = all(torch.equal(x, y) for a in per_rep
                                for x, y in zip(a[r]["outs"], a["target-only"]["outs"]))

@@ -89,7 +89,7 @@ def test_batches_weigh_every_active_row():
 
 
 # ------------------------------------------------------------------------- exactness under any choice
-PATTERN = [0, 0, 3, 0, 5, 1, 0, 0, 0, 2, 8, 0, 4]
+PATTERN = [0, 0, 3, 0, 5, 1, 0, 0, 0, 2, 8, 0, 4] + [0] * 24 + [2]
 
 
 @pytest.fixture
@@ -117,7 +117,8 @@ def test_greedy_is_exact_whatever_the_policy_chooses(forced, embedded, prompts, 
         kwargs.update(prompt_lookup_num_tokens=4)
     else:
         assistant = make_head(target, 300)
-        kwargs.update(draft_tree=draft == "head_tree", prompt_lookup_num_tokens=6 if "lookup" in draft else 0)
+        # a lookup longer than the policy's longest chain (its acceptance counted up to the chosen length)
+        kwargs.update(draft_tree=draft == "head_tree", prompt_lookup_num_tokens=10 if "lookup" in draft else 0)
     ids, mask = batch(tok, [prompts[2], prompts[3][:40], prompts[6], prompts[5][:90]])
     ref = reference(target, ids, mask, 40, tok)
     out = assisted_generate(target, assistant, ids, mask, max_new_tokens=40, **kwargs)
@@ -125,6 +126,22 @@ def test_greedy_is_exact_whatever_the_policy_chooses(forced, embedded, prompts, 
     m = out.metrics
     assert m.adaptive_rounds > 0 and 0 < m.rounds_without_draft < m.adaptive_rounds
     assert (m.tree_rounds > 0) == (draft == "head_tree")
+
+
+@pytest.mark.parametrize("draft", ["model", "head"])
+def test_a_row_that_ended_early_survives_a_long_run_without_a_draft(forced, embedded, prompts, draft):
+    """Short prompts, one row ends at its first token (its EOS), then 24 rounds in a row without a draft: the
+    catch-up block reaches back further than that row's length (it is clamped; the row's draft is unused)."""
+    target, tok = embedded["target"]
+    assistant = embedded["assistant_same_tokenizer"][0] if draft == "model" else make_head(target, 300)
+    ids, mask = batch(tok, [prompts[0][:12], prompts[1][:30]])
+    first = int(reference(target, ids[:1], mask[:1], 1, tok)[0, -1])
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=48, pad_token_id=tok.pad_token_id,
+                          eos_token_id=first)
+    out = assisted_generate(target, assistant, ids, mask, max_new_tokens=48, draft_policy="adaptive",
+                            eos_token_id=first, pad_token_id=tok.pad_token_id)
+    assert torch.equal(out.sequences, ref)
+    assert out.metrics.rounds_without_draft >= 24
 
 
 def test_sampling_keeps_the_target_distribution_across_rounds_without_a_draft(forced):

@@ -57,6 +57,7 @@ class AssistedConfig:
     tree: TreeShape | None = None  # a draft tree (engine/tree.py) where the drafter, runner and options allow
     tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
     adaptive: bool = False  # draft length chosen per round from measured cost and acceptance (engine/policy.py)
+    adaptive_requested: bool = False  # draft_policy="adaptive" given: a backend that cannot run it says so
 
     @property
     def max_draft_tokens(self) -> int:
@@ -137,7 +138,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         raise ValueError(f"assistant_confidence_threshold must be in (0, 1), got {threshold}")
 
     k_given = "num_assistant_tokens" in explicit or (
-        generation_config is not None and generation_config.num_assistant_tokens != _HF_DEFAULT_NUM_ASSISTANT_TOKENS)
+        generation_config is not None
+        and generation_config.num_assistant_tokens not in (None, _HF_DEFAULT_NUM_ASSISTANT_TOKENS))
     tree, requested = _tree_shape(tree_args, k_given, assistant_model, schedule)
     # "constant" is transformers' default schedule: a fixed length is asked for with num_assistant_tokens (or
     # draft_policy="fixed")
@@ -187,6 +189,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         tree=tree,
         tree_requested=requested,
         adaptive=adaptive,
+        adaptive_requested=policy == "adaptive",
     )
 
 

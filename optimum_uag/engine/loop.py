@@ -89,6 +89,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if torch_compile or plan.static_verify:
         # one fixed verify width (HPU graphs, torch.compile): a round without a draft would cost the full verify, so
         # these backends keep a fixed K (the adaptive policy runs on eager CPU / CUDA)
+        if cfg.adaptive_requested:
+            warnings.warn("optimum-uag: draft_policy='adaptive' runs on eager CPU / CUDA; with one fixed verify width "
+                          f"(HPU graphs, torch_compile) every round drafts K={cfg.num_assistant_tokens}", stacklevel=3)
         cfg.adaptive = False
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
@@ -182,10 +185,9 @@ class _Call:
             t4 = time.perf_counter()
             first = state.round == 0
             all_done = self._observe(metrics, state, proposal, verdict, n_new, active, finite,
-                                     (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3))
+                                     (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3), k)
             if policy is not None and not first:
-                policy.observe(k and proposal.tokens.shape[1], time.perf_counter() - t0, self.round_stats[0],
-                               self.round_stats[1], self.round_stats[2])
+                policy.observe(k, time.perf_counter() - t0, *self.round_stats)
             schedule.update(self.all_accepted)
             if rounds is not None:
                 rounds.step(self.round_tokens)
@@ -197,7 +199,8 @@ class _Call:
             self.streamer.end()
         return self._output(metrics, verifier, drafter, kept)
 
-    def _observe(self, metrics, state, proposal, verdict, n_new, active, finite, draft_s, verify_s, other_s) -> bool:
+    def _observe(self, metrics, state, proposal, verdict, n_new, active, finite, draft_s, verify_s, other_s,
+                 chosen: int = 0) -> bool:
         """Count the round (one host sync); stream its tokens; True when every row has ended."""
         if proposal.tree is not None:  # a tree's "drafted" is its depth: the most one round can accept
             k = proposal.tree.max_depth
@@ -210,11 +213,12 @@ class _Call:
             (active.long() * k).sum(), accepted.sum(), n_new.sum(), active.sum(), n_new.max(),
         ])
         hist = None
-        if self.policy is not None and proposal.tree is None and proposal.tokens.shape[1] > 0:
-            # rows that accepted 0, 1, ... draft tokens (the adaptive policy's acceptance per position)
-            width = proposal.tokens.shape[1]
-            hist = torch.bincount(torch.where(active, verdict.accepted.clamp_max(width), width + 1),
-                                  minlength=width + 2)[: width + 1]
+        if self.policy is not None and proposal.tree is None and chosen > 0:
+            # active rows that accepted 0, 1, ..., `chosen` draft tokens: the adaptive policy's acceptance per
+            # position of the length it chose (a longer lookup proposal counts as that length)
+            index = torch.where(active, verdict.accepted.clamp_max(chosen), chosen + 1)
+            hist = torch.zeros(chosen + 2, dtype=torch.long, device=index.device).scatter_add_(
+                0, index, torch.ones_like(index))[: chosen + 1]
             stats = torch.cat([stats, hist])
         stats = stats.tolist()  # the one host sync of the round
         all_done, ok, all_accepted, drafted, n_acc, n_gen, n_active, self.round_tokens = stats[:8]

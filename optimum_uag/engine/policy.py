@@ -135,7 +135,7 @@ class AdaptivePolicy:
         for a, rows in enumerate(accepted_hist or []):
             if not rows:
                 continue
-            for j in range(1, min(a + 1, k) + 1):  # positions 1..a accepted, a + 1 rejected (when drafted)
+            for j in range(1, min(a + 1, k, self.max_k) + 1):  # positions 1..a accepted, a + 1 rejected (when drafted)
                 self.reached[j] += rows
                 if j <= a:
                     self.accepted[j] += rows

@@ -75,6 +75,8 @@ class FeatureDrafter(Drafter):
         self.columns = columns
         self.pad = state.pad
         self.synced = torch.zeros_like(state.length)  # first slot whose true pair is not in the head's cache
+        self.first = True  # the first catch-up writes the prompt's pairs
+        self.unread = 0  # rounds without a draft since the last catch-up (one more pair per row each)
         self.vocab_size, self.sampler, self.threshold = vocab_size, sampler, confidence_threshold
         self.processors = processors
         self.last = None  # the head's latest output (B, 1, H): the feature of the next draft step
@@ -110,7 +112,8 @@ class FeatureDrafter(Drafter):
     def _catch_up(self, state: DecodingState) -> None:
         """Write the pairs of true features not yet in the head's cache; leave the output at the last one. One block
         of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap."""
-        width = max(self.width, int((state.length - 1 - self.synced).max()))
+        width = (state.prompt_len if self.first else self.width) + self.unread  # no host sync
+        self.first, self.unread = False, 0
         slots = self.synced[:, None] + torch.arange(width, device=self.synced.device)
         slots = slots.clamp_max(self.columns - 1)
         feats = self.features.gather(1, slots[..., None].expand(-1, -1, self.features.shape[-1]))
@@ -235,6 +238,7 @@ class FeatureDrafter(Drafter):
     def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
         """The round's features (of the target's own token) are kept; the next catch-up writes its pair."""
         self.commit(state, None, verdict, n_new)
+        self.unread += 1
 
     def stats(self) -> DraftStats:
         return DraftStats(shapes=sorted(self.shapes), forwards=self.calls)

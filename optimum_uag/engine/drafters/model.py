@@ -26,24 +26,27 @@ class ModelDrafter(Drafter):
         self.processors = processors  # the target's logits processors (repetition_penalty, ...), or None
         self.sampler = sampler
         self.threshold = confidence_threshold
-        self.synced = state.length.clone()  # committed slots below this are in the draft's cache
+        # rounds since the draft last read the committed tokens (rounds without a draft, or past its limit): each
+        # committed one token per row, so the next read starts that many slots earlier
+        self.unread = 0
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         if self.limit is not None and int((state.length - state.pad).max()) + k > self.limit:
+            self.unread += 1
             return no_proposal(state, 1)
         if state.round == 0:
             start, width = torch.zeros_like(state.length), state.prompt_len
-        else:  # the last two committed tokens; after rounds without a draft, every token since the last draft
-            width = max(2, int((state.length - self.synced).max()))
-            start = state.length - width
+        else:  # the last two committed tokens (the cache holds those before), and one more per unread round
+            width = 2 + self.unread
+            start = (state.length - width).clamp_min(0)  # (a finished row's length stopped: its draft is unused)
+        self.unread = 0
         logits = self.runner.forward(state.window(start, width), start, logits_to_keep=1)[:, -1]
         pick = Picker(state, self.vocab_size, self.sampler, self.processors)
         tokens, dists = draft_loop(self.runner, logits, k, pick, state.length, self.threshold, state.done)
         return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
 
-    def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
-        # the cache holds the committed tokens up to slot length - 3 (the next round re-reads the last two)
-        self.synced = state.length - 2
+    def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
+        self.unread += 1
 
     def stats(self) -> DraftStats:
         return DraftStats(shapes=sorted(self.runner.shapes), forwards=self.runner.calls)
