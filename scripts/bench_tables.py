@@ -4,7 +4,8 @@
     python scripts/bench_tables.py          # rewrite the tables between their markers
     python scripts/bench_tables.py --check  # exit 1 when a table differs from what the results files give
 
-Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py), benchmarks/results/main_job.json
+Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py), benchmarks/results/adaptive.json
+(benchmarks/bench_adaptive.py), benchmarks/results/main_job.json
 (README command 1's results.json), optimum_uag/models/smollm2_head/training_log.json (the head's held-out report).
 A table sits between `<!-- table:NAME -->` and `<!-- /table -->` in README.md and docs/benchmarks.md.
 """
@@ -108,6 +109,38 @@ def main_job_table(main: dict) -> str:
     return "\n".join(lines) + f"\n\nFastest target-only row: `{main['best_target_only']}`{shape}."
 
 
+def adaptive_table(bench: dict) -> str:
+    """benchmarks/bench_adaptive.py: per pair, every row against the fastest target-only path and transformers'."""
+    lines = ["| pair | row | tok/s | vs fastest target-only | vs transformers (default policy) | vs our fixed K | tau | "
+             "mean K | rounds without draft | exact |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for group, res in bench["groups"].items():
+        for name, r in res["rows"].items():
+            best = " (fastest)" if name == res["best_target_only"] else ""
+            exact = {True: "yes", False: "**NO**"}.get(r.get("exact"), "-")
+            if "sample" in group and name != "target-only":
+                exact = "(sampling)"
+            lines.append(f"| {group} | {name}{best} | {r['tokens_per_s']:.1f} | {_x(r['speedup_vs_best_target_only'])} | "
+                         f"{_x(r.get('speedup_vs_transformers_assisted'))} | {_x(r.get('vs_fixed'))} | "
+                         f"{_f(r.get('tau'))} | {_f(r.get('mean_draft_length'), '{:.1f}')} | "
+                         f"{_f(r.get('rounds_without_draft_share'), '{:.0%}')} | {exact} |")
+    return "\n".join(lines) + (f"\n\n{bench['prompts']} chat requests per pair (batch 4: {4 * bench['prompts']}), "
+                               f"{bench['max_new_tokens']} new tokens, fp32, eager, rows interleaved per prompt, median "
+                               f"of {bench['repeats']} repeats ({bench['date']}): `{bench['command']}`.")
+
+
+def adaptive_goals(bench: dict) -> str:
+    """Issue 31's goals per pair: >= 1.0x transformers', >= 0.95x the fastest target-only path."""
+    lines = ["| pair | adaptive vs fastest target-only (goal >= 0.95x) | vs transformers (goal >= 1.0x) | vs our fixed K |",
+             "|---|---|---|---|"]
+    for group, res in bench["groups"].items():
+        r = res["rows"]["optimum-uag adaptive"]
+        best, hf = r["speedup_vs_best_target_only"], r.get("speedup_vs_transformers_assisted")
+        lines.append(f"| {group} | {_x(best)} ({_status(best, 0.95)}) | "
+                     f"{_x(hf) + ' (' + _status(hf, 1.0) + ')' if hf is not None else '- (no transformers row)'} | "
+                     f"{_x(r.get('vs_fixed'))} |")
+    return "\n".join(lines)
+
+
 def tables() -> dict:
     bench = _load(RESULTS / "feature_head.json")
     bench = bench if bench and "groups" in bench else None  # (a results file of the earlier, one-block layout)
@@ -118,6 +151,10 @@ def tables() -> dict:
         out["feature_head"] = feature_head_table(bench)
     if main is not None:
         out["main_job"] = main_job_table(main)
+    adaptive = _load(RESULTS / "adaptive.json")
+    if adaptive is not None:
+        out["adaptive"] = adaptive_table(adaptive)
+        out["adaptive_goals"] = adaptive_goals(adaptive)
     return out
 
 

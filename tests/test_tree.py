@@ -183,7 +183,8 @@ def test_head_tree_under_torch_compile(embedded, prompts):
     model, tok = embedded["target"]
     head = make_head(model, 300)
     ids, mask = batch(tok, prompts[:2])
-    eager = assisted_generate(model, head, ids, mask, max_new_tokens=16, tree_nodes=8, tree_depth=3, tree_top_k=3)
+    eager = assisted_generate(model, head, ids, mask, max_new_tokens=16, tree_nodes=8, tree_depth=3, tree_top_k=3,
+                              draft_policy="fixed")  # every round a tree, as the compiled runner (one verify width)
     compiled = assisted_generate(model, head, ids, mask, max_new_tokens=16, tree_nodes=8, tree_depth=3, tree_top_k=3,
                                  torch_compile={"mode": None, "freezing": False})
     assert torch.equal(compiled.sequences, reference(model, ids, mask, 16, tok))

@@ -190,8 +190,9 @@ def _measure(config, model, tokenizer, gen, timer, base, best_vs_generate, base_
     tree = schedule if isinstance(schedule, tuple) else None
 
     def ours(enc):
-        if tree is not None:
-            extra = dict(draft_tree=True, tree_depth=tree[0], tree_top_k=tree[1], tree_nodes=tree[2])
+        if tree is not None:  # every round drafts the tree (the shape measured, not the adaptive policy's choice)
+            extra = dict(draft_tree=True, tree_depth=tree[0], tree_top_k=tree[1], tree_nodes=tree[2],
+                         draft_policy="fixed")
         else:
             extra = dict(num_assistant_tokens=k, num_assistant_tokens_schedule=schedule)
             if type(assistant).__name__ == "FeatureHead":  # the K grid: chains
@@ -224,7 +225,7 @@ def _command(args, best: dict) -> str:
     elif best["tree"]:
         depth, top_k, nodes = best["tree"]
         command += ["--assistant_model", best["assistant_model"], "--draft_tree", "on", "--tree_depth", str(depth),
-                    "--tree_top_k", str(top_k), "--tree_nodes", str(nodes)]
+                    "--tree_top_k", str(top_k), "--tree_nodes", str(nodes), "--draft_policy", "fixed"]
     else:
         command += ["--assistant_model", best["assistant_model"], "--num_assistant_tokens",
                     str(best["num_assistant_tokens"]), "--num_assistant_tokens_schedule", best["schedule"]]
