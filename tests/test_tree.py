@@ -212,7 +212,8 @@ def test_tree_sampling_matches_target_distribution(kwargs):
     torch.manual_seed(4321)
     options = {key: value for key, value in kwargs.items() if key != "top_k"}
     out = assisted_generate(model, head, prompt.repeat(n, 1), max_new_tokens=3, do_sample=True, eos_token_id=None,
-                            top_k=kwargs.get("top_k", 0), tree_depth=3, tree_top_k=2, tree_nodes=6, **options)
+                            top_k=kwargs.get("top_k", 0), tree_depth=3, tree_top_k=2, tree_nodes=6,
+                            draft_policy="fixed", **options)  # a tree every round (3 rounds)
     assert out.metrics.tree_rounds > 0 and (n, 7) in out.metrics.target_shapes
     samples = (out.sequences[:, 5] * vocab + out.sequences[:, 6]).numpy()
     assert _chi2(samples, expected, n) > 0.01
