@@ -177,3 +177,30 @@ def test_the_default_is_adaptive_and_a_fixed_length_is_kept(embedded, prompts):
     with pytest.raises(ValueError, match="drop num_assistant_tokens_schedule"):
         assisted_generate(target, draft, ids, mask, max_new_tokens=4, draft_policy="adaptive",
                           num_assistant_tokens_schedule="heuristic")
+
+
+def test_a_draft_as_costly_as_the_target_is_never_run(embedded, prompts):
+    """A draft multiplying as many weights per token as the target cannot gain at any length: it is not run at all
+    (its prefill neither), with one warning; the output is the target's."""
+    from optimum_uag.engine.policy import cost_prior, weights_per_token
+
+    target, tok = embedded["target"]
+    assert cost_prior(target, target) == 1.0 and weights_per_token(target) > 0
+    ids, mask = batch(tok, prompts[:2])
+    with pytest.warns(UserWarning, match="no draft length can gain"):
+        out = assisted_generate(target, target, ids, mask, max_new_tokens=12)
+    assert torch.equal(out.sequences, reference(target, ids, mask, 12, tok))
+    assert out.metrics.draft_forwards == 0 and out.metrics.draft_tokens == 0
+    assert out.metrics.rounds_without_draft == out.metrics.adaptive_rounds > 0
+    fixed = assisted_generate(target, target, ids, mask, max_new_tokens=12, draft_policy="fixed")
+    assert fixed.metrics.draft_forwards > 0 and torch.equal(fixed.sequences, out.sequences)
+
+
+def test_cost_prior_counts_what_a_token_multiplies():
+    """The feature head on the target's output layer, a small draft, no draft."""
+    from helpers import tiny_llama
+    from optimum_uag.engine.policy import cost_prior
+
+    big, small = tiny_llama(64, 0, layers=4, hidden=64), tiny_llama(64, 1, layers=1, hidden=16)
+    assert 0 < cost_prior(big, small) < 0.2 and cost_prior(small, big) > 5
+    assert cost_prior(big, None) == 0.0

@@ -1,6 +1,7 @@
 """The assisted decoding loop: draft -> translate -> verify -> commit, on static-shape caches."""
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from .metrics import Metrics
 from .processors import TargetScorer
 from .sampling import LogitsWarper, TokenSampler
 from .policy import MAX_K as ADAPTIVE_MAX_K
-from .policy import AdaptivePolicy
+from .policy import AdaptivePolicy, cost_prior
 from .state import DecodingState, Proposal
 from .verify import Verifier
 
@@ -114,11 +115,16 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
                                   prefix_allowed_tokens_fn))
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
-        call.policy = _adaptive_policy(cfg)
+        call.policy = _adaptive_policy(cfg, model, assistant_model)
         drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state, call.capacity,
                                 cfg, call.sampler, runner_factory,
                                 call.scorer.for_draft() if call.scorer.needed else None)
-        return call.run(drafter, runner)
+        with contextlib.ExitStack() as packs:
+            # prepacked CPU linears (runners/packed.py) swapped in once for the whole call, not per forward: ~1 ms a
+            # round of bookkeeping over SmolLM2's 151 linears, 3% of a one-token step
+            for pack in {id(p): p for p in _packs(made, drafter)}.values():
+                packs.enter_context(pack)
+            return call.run(drafter, runner)
     finally:
         for runner in reversed(made):
             close = getattr(runner, "close", None)
@@ -162,7 +168,10 @@ class _Call:
             rounds.start()
         while True:
             t0 = time.perf_counter()
-            k = schedule.k if policy is None or state.round == 0 else policy.next()
+            if policy is None or (state.round == 0 and not policy.never):
+                k = schedule.k
+            else:
+                k = policy.next()
             if k == 0:  # no draft this round (the adaptive policy): the target's own decoding step
                 proposal = Proposal(tokens=state.tokens[:, :0])
             else:
@@ -179,7 +188,8 @@ class _Call:
                     kept[b] += [(verifier.last[0][b, j].clone(), verifier.last[1][b, j].clone()) for j in range(n)]
             t3 = time.perf_counter()
             if k == 0:
-                drafter.skipped(state, verdict, n_new)
+                if policy is None or not policy.never:  # (a draft never run keeps nothing)
+                    drafter.skipped(state, verdict, n_new)
             else:
                 drafter.commit(state, proposal, verdict, n_new)
             t4 = time.perf_counter()
@@ -283,11 +293,28 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     return None
 
 
-def _adaptive_policy(cfg: AssistedConfig) -> AdaptivePolicy | None:
+def _packs(runners, drafter) -> list:
+    """The prepacked-weight contexts of this call's runners and feature head (none off CPU)."""
+    from ..runners.packed import PackedCall, PackedWeights
+
+    found = [r.call.pack for r in runners if isinstance(getattr(r, "call", None), PackedCall)]
+    for d in (drafter, getattr(drafter, "inner", None)):
+        if isinstance(getattr(d, "pack", None), PackedWeights):
+            found.append(d.pack)
+    return found
+
+
+def _adaptive_policy(cfg: AssistedConfig, model, assistant_model) -> AdaptivePolicy | None:
     """The call's adaptive draft-length policy (engine/policy.py), or None (a fixed K)."""
     if not cfg.adaptive:
         return None
-    return AdaptivePolicy(cfg.num_assistant_tokens, max(ADAPTIVE_MAX_K, cfg.num_assistant_tokens), tree=cfg.tree is not None)
+    cost = cost_prior(model, assistant_model)
+    policy = AdaptivePolicy(cfg.num_assistant_tokens, max(ADAPTIVE_MAX_K, cfg.num_assistant_tokens),
+                            tree=cfg.tree is not None, cost=cost)
+    if policy.never:
+        warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft "
+                      "length can gain; decoding without it (draft_policy='fixed' drafts anyway)", stacklevel=4)
+    return policy
 
 
 def runner_device(runner) -> str:

@@ -11,7 +11,9 @@ measures both during the call, as dynamic speculation lookahead (Mamou et al. 20
   alpha_j   acceptance at draft position j given j - 1 accepted (decayed counts, prior 1/2)
   E(K)      = 1 + sum_{i <= K} prod_{j <= i} alpha_j tokens per row, in t0 + s K seconds
 
-K = 0 (no draft) is one of the choices: a draft that does not pay is switched off, and a probe round drafts again
+K = 0 (no draft) is one of the choices. A draft whose token costs a target token or more (by the weights each
+multiplies with) can never gain, E(K) <= K + 1 tokens for at least 1 + K target steps: it is not run at all, the
+prefill included. A draft that does not pay is switched off, and a probe round drafts again
 after 4, 8, 16, 32 rounds without one (with the K the estimates favour, the cheapest when the draft is costly), so
 prompt-lookup matches or a passage the draft knows bring it back. While drafting, a round without a draft every 32
 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
@@ -23,22 +25,56 @@ before that round's draws, and a round without a draft is the target's own decod
 from __future__ import annotations
 
 EMA = 0.3  # weight of the newest round in the time averages
-DECAY = 0.95  # per round, on the acceptance counts (text changes: code, prose, a quoted passage)
+DECAY = 0.9  # per drafting round, on acceptance counts and tree sums (text changes: code, prose, a quote)
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
+
+
+def weights_per_token(model) -> int:
+    """Weights one token's forward multiplies with: every parameter but the input embedding (a lookup), plus the
+    output layer when it shares the embedding's storage."""
+    params = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() for p in params.values())
+    get_in = getattr(model, "get_input_embeddings", None)
+    embed = get_in() if get_in is not None else getattr(model, "embed_tokens", None)
+    if embed is not None and getattr(embed, "weight", None) is not None:
+        total -= embed.weight.numel()
+        get_out = getattr(model, "get_output_embeddings", None)
+        out = get_out() if get_out is not None else None
+        if out is not None and out.weight is embed.weight:
+            total += embed.weight.numel()
+    return total
+
+
+def cost_prior(model, assistant_model) -> float:
+    """A draft token's cost relative to a target token's, from the weights each multiplies with (no draft: 0). On
+    a CPU small drafts cost more than this (per-operation overhead); the policy measures the real cost as it drafts."""
+    if assistant_model is None:
+        return 0.0
+    draft = weights_per_token(assistant_model)
+    if getattr(assistant_model, "lm_head", True) is None:  # a feature head on the target's own output layer
+        out = model.get_output_embeddings()
+        draft += out.weight.numel() if out is not None else 0
+    return draft / max(1, weights_per_token(model))
 
 
 class AdaptivePolicy:
     """Chooses each round's draft length: 0 (no draft), 1..max_k (a chain), or the call's tree (`tree=True`: any
     K > 0 means the tree). `next()` before the round, `observe()` after it."""
 
-    def __init__(self, start_k: int, max_k: int = MAX_K, tree: bool = False):
+    def __init__(self, start_k: int, max_k: int = MAX_K, tree: bool = False, cost: float | None = None):
         self.max_k, self.tree = max(1, max_k), tree
         self.start_k = max(1, min(start_k, self.max_k))
+        # a draft token that costs a target token or more can never gain: E(K) <= K + 1 tokens for >= 1 + K steps
+        self.never = cost is not None and cost >= 1.0
+        if cost is not None and not tree:  # the first drafting rounds: the K the weights suggest (acceptance 0.6)
+            self.start_k = max(range(1, self.max_k + 1),
+                               key=lambda k: sum(0.6 ** i for i in range(k + 1)) / (1 + (cost + 0.03) * k))
         self.t0: float | None = None  # seconds per round without a draft
         self.s: float | None = None  # extra seconds per drafted token (chain)
-        self.tree_rate: float | None = None  # tokens per second of tree rounds (per round: tokens / time, EMA)
+        self.tree_rate: float | None = None  # tokens per second of tree rounds
+        self.tree_sums = [0.0, 0.0]  # decayed tokens and seconds of tree rounds
         self.plain_tokens: float | None = None  # tokens per round without a draft (the active rows)
         self.reached = [0.0] * (self.max_k + 1)  # [j]: rows that reached draft position j (1-based)
         self.accepted = [0.0] * (self.max_k + 1)
@@ -78,6 +114,8 @@ class AdaptivePolicy:
         return self._choose()
 
     def _choose(self) -> int:
+        if self.never:
+            return 0
         if self.t0 is None:
             return 0  # first: rounds without a draft (t0)
         if self.tree:
@@ -119,9 +157,9 @@ class AdaptivePolicy:
             return
         self.without = 0
         self.drafting += 1
-        if self.tree:
-            rate = tokens / max(seconds, 1e-9)
-            self.tree_rate = rate if self.tree_rate is None else (1 - EMA) * self.tree_rate + EMA * rate
+        if self.tree:  # tokens and seconds of tree rounds as decayed sums: a ratio of means, not a mean of ratios
+            self.tree_sums = [DECAY * self.tree_sums[0] + tokens, DECAY * self.tree_sums[1] + seconds]
+            self.tree_rate = self.tree_sums[0] / max(self.tree_sums[1], 1e-9)
             return
         extra = max(seconds - self.t0, 0.0) / k
         self.s = extra if self.s is None else (1 - EMA) * self.s + EMA * extra
