@@ -151,6 +151,14 @@ def tables() -> dict:
         out["feature_head"] = feature_head_table(bench)
     if main is not None:
         out["main_job"] = main_job_table(main)
+    plain = _load(RESULTS / "plain_round.json")
+    if plain is not None:
+        out["plain_round"] = "\n".join(
+            ["| batch | round without a draft vs the prepacked generate() step | exact |", "|---|---|---|"]
+            + [f"| {b} | {_x(plain[f'batch_{b}']['plain_round_speed_vs_prepacked_generate'])} | "
+               f"{'yes' if plain[f'batch_{b}']['exact'] else '**NO**'} |" for b in (1, 4)]) + (
+            f"\n\n{plain['prompts']} chat requests, {plain['max_new_tokens']} new tokens, median of "
+            f"{plain['repeats']} interleaved repeats ({plain['date']}): `{plain['command']}`.")
     adaptive = _load(RESULTS / "adaptive.json")
     if adaptive is not None:
         out["adaptive"] = adaptive_table(adaptive)

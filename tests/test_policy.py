@@ -192,6 +192,10 @@ def test_a_draft_as_costly_as_the_target_is_never_run(embedded, prompts):
     assert torch.equal(out.sequences, reference(target, ids, mask, 12, tok))
     assert out.metrics.draft_forwards == 0 and out.metrics.draft_tokens == 0
     assert out.metrics.rounds_without_draft == out.metrics.adaptive_rounds > 0
+    with pytest.warns(UserWarning, match="no draft length can gain"):  # options go to the target's own generate()
+        scored = assisted_generate(target, target, ids[:1], max_new_tokens=5, do_sample=True, num_return_sequences=3,
+                                   output_scores=True, return_dict_in_generate=True)
+    assert scored.sequences.shape[0] == 3 and len(scored.scores) == 5
     fixed = assisted_generate(target, target, ids, mask, max_new_tokens=12, draft_policy="fixed")
     assert fixed.metrics.draft_forwards > 0 and torch.equal(fixed.sequences, out.sequences)
 

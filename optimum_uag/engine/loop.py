@@ -14,7 +14,7 @@ from ..distributed import stop_agreement
 from ..runners import plan_for
 from .commit import commit, stopping_criteria
 from .config import AssistedConfig, resolve_config, validate_inputs
-from .drafters import build_drafter, pad_proposal, resolve_assistant
+from .drafters import Drafter, build_drafter, pad_proposal, resolve_assistant
 from .metrics import Metrics
 from .processors import TargetScorer
 from .sampling import LogitsWarper, TokenSampler
@@ -97,6 +97,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
+    if cfg.adaptive and cost_prior(model, assistant_model) >= 1.0:
+        return _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
+                            logits_processor, prefix_allowed_tokens_fn)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
         input_ids = input_ids.repeat_interleave(cfg.num_return_sequences, 0)
         attention_mask = attention_mask.repeat_interleave(cfg.num_return_sequences, 0)
@@ -116,9 +119,12 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
         call.policy = _adaptive_policy(cfg, model, assistant_model)
-        drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state, call.capacity,
-                                cfg, call.sampler, runner_factory,
-                                call.scorer.for_draft() if call.scorer.needed else None)
+        if call.policy is not None and call.policy.never:  # a draft that cannot gain is not even set up
+            drafter = Drafter()  # (a UAG draft's vocabulary tables, a draft's cache: seconds for a 262k vocabulary)
+        else:
+            drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state,
+                                    call.capacity, cfg, call.sampler, runner_factory,
+                                    call.scorer.for_draft() if call.scorer.needed else None)
         with contextlib.ExitStack() as packs:
             # prepacked CPU linears (runners/packed.py) swapped in once for the whole call, not per forward: ~1 ms a
             # round of bookkeeping over SmolLM2's 151 linears, 3% of a one-token step
@@ -293,6 +299,48 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     return None
 
 
+def _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
+                 logits_processor, prefix_allowed_tokens_fn) -> AssistedGenerateOutput:
+    """A draft whose token multiplies as many weights as the target's cannot gain at any length (E(K) <= K + 1
+    tokens for at least 1 + K target steps): the call runs the fastest target-only path instead, transformers' own
+    generate() (on the prepacked CPU weights), with every generation option as given. Said once, as a warning."""
+    import copy
+
+    from ..runners.packed import packed_weights
+
+    cost = cost_prior(model, assistant_model)
+    warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft length "
+                  "can gain; generating with the target alone (draft_policy='fixed' drafts anyway)", stacklevel=4)
+    config = copy.deepcopy(cfg.generation_config)
+    config.prompt_lookup_num_tokens = None
+    config.max_new_tokens = cfg.max_new_tokens
+    config.eos_token_id = list(cfg.eos_token_ids) or None
+    config.pad_token_id = cfg.pad_token_id
+    config.return_dict_in_generate = True
+    pack = packed_weights(model) if model.device.type == "cpu" else None
+    t0 = time.perf_counter()
+    with pack if pack is not None else contextlib.nullcontext():
+        out = model.generate(input_ids, attention_mask=attention_mask, generation_config=config, streamer=streamer,
+                             stopping_criteria=user_criteria, logits_processor=logits_processor,
+                             prefix_allowed_tokens_fn=prefix_allowed_tokens_fn, tokenizer=tokenizer)
+    seconds = time.perf_counter() - t0
+    new = out.sequences[:, input_ids.shape[1]:]
+    steps = new.shape[1]
+    if cfg.eos_token_ids:  # tokens each row generated up to and including its first EOS
+        ended = torch.isin(new, torch.tensor(cfg.eos_token_ids, device=new.device))
+        first = torch.where(ended.any(1), ended.float().argmax(1) + 1, torch.full_like(ended[:, 0], steps, dtype=torch.long))
+        per_row = first.long()
+    else:
+        per_row = torch.full((new.shape[0],), steps, dtype=torch.long)
+    generated = int(per_row.sum())
+    metrics = Metrics(target_calls=steps, generated_tokens=generated, row_target_calls=generated, verify_seconds=seconds,
+                      adaptive_rounds=steps, rounds_without_draft=steps, row_rounds_without_draft=generated,
+                      target_forwards=steps)
+    return AssistedGenerateOutput(sequences=out.sequences, metrics=metrics,
+                                  scores=getattr(out, "scores", None) if cfg.output_scores else None,
+                                  logits=getattr(out, "logits", None) if cfg.output_logits else None)
+
+
 def _packs(runners, drafter) -> list:
     """The prepacked-weight contexts of this call's runners and feature head (none off CPU)."""
     from ..runners.packed import PackedCall, PackedWeights
@@ -309,12 +357,8 @@ def _adaptive_policy(cfg: AssistedConfig, model, assistant_model) -> AdaptivePol
     if not cfg.adaptive:
         return None
     cost = cost_prior(model, assistant_model)
-    policy = AdaptivePolicy(cfg.num_assistant_tokens, max(ADAPTIVE_MAX_K, cfg.num_assistant_tokens),
-                            tree=cfg.tree is not None, cost=cost)
-    if policy.never:
-        warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft "
-                      "length can gain; decoding without it (draft_policy='fixed' drafts anyway)", stacklevel=4)
-    return policy
+    return AdaptivePolicy(cfg.num_assistant_tokens, max(ADAPTIVE_MAX_K, cfg.num_assistant_tokens),
+                          tree=cfg.tree is not None, cost=cost)
 
 
 def runner_device(runner) -> str:
