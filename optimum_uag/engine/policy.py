@@ -13,9 +13,11 @@ measures both during the call, as dynamic speculation lookahead (Mamou et al. 20
 
 K = 0 (no draft) is one of the choices. A draft whose token costs a target token or more (by the weights each
 multiplies with) can never gain, E(K) <= K + 1 tokens for at least 1 + K target steps: it is not run at all, the
-prefill included. A draft that does not pay is switched off, and a probe round drafts again
-after 4, 8, 16, 32 rounds without one (with the K the estimates favour, the cheapest when the draft is costly), so
-prompt-lookup matches or a passage the draft knows bring it back. While drafting, a round without a draft every 32
+prefill included: the call runs the target's own generate(). Otherwise the first MIN_ROUNDS timed drafting rounds
+always draft (one round's acceptance is noise); then a draft whose expected rate falls below 0.97 of the rate without
+one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds without one (with the K the
+estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a passage the draft knows
+bring it back (drafting resumes once its expected rate exceeds the rate without it). While drafting, a round without a draft every 32
 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
 option against no draft, its tokens and time per round measured as they come.
 
@@ -28,6 +30,9 @@ EMA = 0.3  # weight of the newest round in the time averages
 DECAY = 0.9  # per drafting round, on acceptance counts and tree sums (text changes: code, prose, a quote)
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
+MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
+PROBE_ROUNDS = 2  # drafting rounds per probe
+OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
 
 
@@ -82,6 +87,7 @@ class AdaptivePolicy:
         self.without = 0  # rounds in a row without a draft
         self.drafting = 0  # drafting rounds since the last round without one
         self.rounds = 0  # rounds observed (after the prefill)
+        self.probing = 0  # probe rounds still to draft
         self.seen = [0, 0]  # rounds observed without / with a draft (the first of each is a warm-up, not timed)
 
     # --------------------------------------------------------------------------------------------- estimates
@@ -121,19 +127,25 @@ class AdaptivePolicy:
         if self.tree:
             if self.tree_rate is None:
                 return self.start_k
-            draft_pays = self.tree_rate * self.t0 / max(self.plain_tokens, 1e-9) > 1.0
-            k, rate = 1, None
+            k, rate = 1, self.tree_rate * self.t0 / max(self.plain_tokens, 1e-9)
         else:
             if self.s is None:
                 return self.start_k
             k, rate = self.best_k()
-            draft_pays = rate > 1.0
+        if self.seen[1] <= MIN_ROUNDS:  # a few timed drafting rounds before any verdict (one round is noise)
+            return k
+        if self.probing > 0:  # a probe is PROBE_ROUNDS drafting rounds in a row
+            self.probing -= 1
+            return k
+        # hysteresis: drafting stops below OFF_BELOW and resumes above 1 (estimates move with every round)
+        draft_pays = rate > (OFF_BELOW if self.without == 0 else 1.0)
         if draft_pays:
             self.gap = 0
             return 0 if self.drafting >= REFRESH else k
         if self.without >= PROBE_GAPS[min(self.gap, len(PROBE_GAPS) - 1)]:
             self.gap += 1
-            return k  # a probe round
+            self.probing = PROBE_ROUNDS - 1
+            return k  # a probe
         return 0
 
     def observe(self, k: int, seconds: float, tokens: int, active: int, accepted_hist: list[int] | None) -> None:
