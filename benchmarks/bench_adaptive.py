@@ -123,12 +123,20 @@ def main():
         if draft_tok is not None:
             pair = dict(tokenizer=model_tok, assistant_tokenizer=draft_tok)
 
+        configs = {}  # one explicit config per length: transformers' fastest call (no keywords to re-derive it)
+
+        def config(m):
+            if m not in configs:
+                configs[m] = copy.deepcopy(model.generation_config)
+                configs[m].update(**g, max_new_tokens=m)
+            return configs[m]
+
         def target_only(enc, m):
-            return model.generate(**enc, max_new_tokens=m, **g)
+            return model.generate(**enc, generation_config=config(m))
 
         def packed(enc, m):
             with pack:
-                return model.generate(**enc, max_new_tokens=m, **g)
+                return model.generate(**enc, generation_config=config(m))
 
         rows = {"target-only": target_only, "target-only prepacked": packed}
         if hf:

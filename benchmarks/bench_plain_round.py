@@ -8,6 +8,7 @@ is the target's own decoding step on our static cache. Interleaved per prompt, r
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -42,10 +43,12 @@ def main():
     for batch in (1, 4):
         encs = [encode(tok, prompts[i * batch:(i + 1) * batch]) for i in range(args.prompts)]
 
+        config = copy.deepcopy(target.generation_config)  # one explicit config: transformers' fastest call
+        config.update(max_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+
         def packed(enc):
             with pack:
-                return target.generate(**enc, max_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id,
-                                       eos_token_id=None)
+                return target.generate(**enc, generation_config=config)
 
         def plain(enc):
             return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=n,
