@@ -98,12 +98,13 @@ def main_job_table(main: dict) -> str:
     titles = {"target_only": "target-only (transformers generate)", "target_only_packed": "target-only, prepacked",
               "optimum_uag": "optimum-uag, feature head", "optimum_uag_uag": "optimum-uag UAG",
               "transformers_assisted": "transformers UAG"}
-    lines = ["| row | tok/s | vs fastest target-only | vs transformers generate() | tau | exact |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| row | tok/s | vs fastest target-only | vs transformers generate() | tau | rounds without draft | exact |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in main["rows"].items():
         exact = {True: "yes", False: "**NO**"}.get(r.get("outputs_match_target"), "-")
         lines.append(f"| {titles.get(name, name)} | {r['tokens_per_s']:.1f} | {_x(r['speedup_vs_best_target_only'])} | "
-                     f"{_x(r['speedup_vs_transformers_generate'])} | {_f(r.get('tau'))} | {exact} |")
+                     f"{_x(r['speedup_vs_transformers_generate'])} | {_f(r.get('tau'))} | "
+                     f"{_f(r.get('rounds_without_draft_share'), '{:.0%}')} | {exact} |")
     tree = main["rows"].get("optimum_uag", {}).get("draft_tree")
     shape = f"; draft tree depth {tree[0][0]}, top_k {tree[0][1]}, {tree[0][2]} nodes" if tree else ""
     return "\n".join(lines) + f"\n\nFastest target-only row: `{main['best_target_only']}`{shape}."

@@ -181,24 +181,32 @@ def test_the_default_is_adaptive_and_a_fixed_length_is_kept(embedded, prompts):
                           num_assistant_tokens_schedule="heuristic")
 
 
-def test_a_draft_as_costly_as_the_target_is_never_run(embedded, prompts):
-    """A draft multiplying as many weights per token as the target cannot gain at any length: it is not run at all
-    (its prefill neither), with one warning; the output is the target's."""
+def test_a_draft_costlier_than_the_target_is_never_run(embedded, prompts):
+    """A draft multiplying more weights per token than the target cannot gain at any length: it is not run at all
+    (its prefill neither), with one warning; the output is the target's (its own generate(), options as given)."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
     from optimum_uag.engine.policy import cost_prior, weights_per_token
 
     target, tok = embedded["target"]
-    assert cost_prior(target, target) == 1.0 and weights_per_token(target) > 0
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers += 1
+    torch.manual_seed(0)
+    big = AutoModelForCausalLM.from_config(config).eval()
+    assert cost_prior(target, target) == 1.0 and cost_prior(target, big) > 1.0 and weights_per_token(target) > 0
     ids, mask = batch(tok, prompts[:2])
     with pytest.warns(UserWarning, match="no draft length can gain"):
-        out = assisted_generate(target, target, ids, mask, max_new_tokens=12)
+        out = assisted_generate(target, big, ids, mask, max_new_tokens=12)
     assert torch.equal(out.sequences, reference(target, ids, mask, 12, tok))
     assert out.metrics.draft_forwards == 0 and out.metrics.draft_tokens == 0
     assert out.metrics.rounds_without_draft == out.metrics.adaptive_rounds > 0
     with pytest.warns(UserWarning, match="no draft length can gain"):  # options go to the target's own generate()
-        scored = assisted_generate(target, target, ids[:1], max_new_tokens=5, do_sample=True, num_return_sequences=3,
+        scored = assisted_generate(target, big, ids[:1], max_new_tokens=5, do_sample=True, num_return_sequences=3,
                                    output_scores=True, return_dict_in_generate=True)
     assert scored.sequences.shape[0] == 3 and len(scored.scores) == 5
-    fixed = assisted_generate(target, target, ids, mask, max_new_tokens=12, draft_policy="fixed")
+    fixed = assisted_generate(target, big, ids, mask, max_new_tokens=12, draft_policy="fixed")
     assert fixed.metrics.draft_forwards > 0 and torch.equal(fixed.sequences, out.sequences)
 
 

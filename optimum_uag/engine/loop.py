@@ -97,13 +97,13 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
-    if cfg.adaptive and cost_prior(model, assistant_model) >= 1.0:
+    criteria = stopping_criteria(cfg, tokenizer, user_criteria)  # (validates stop_strings for both paths)
+    if cfg.adaptive and cost_prior(model, assistant_model) > 1.0:
         return _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                             logits_processor, prefix_allowed_tokens_fn)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
         input_ids = input_ids.repeat_interleave(cfg.num_return_sequences, 0)
         attention_mask = attention_mask.repeat_interleave(cfg.num_return_sequences, 0)
-    criteria = stopping_criteria(cfg, tokenizer, user_criteria)
     if streamer is not None and input_ids.shape[0] > 1:
         raise ValueError("streamer supports batch size 1 only (as in transformers); drop streamer= for batches")
     made: list = []  # every runner of this call, closed at the end (a Gaudi runner puts back the model's cache)
@@ -301,8 +301,8 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
 
 def _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                  logits_processor, prefix_allowed_tokens_fn) -> AssistedGenerateOutput:
-    """A draft whose token multiplies as many weights as the target's cannot gain at any length (E(K) <= K + 1
-    tokens for at least 1 + K target steps): the call runs the fastest target-only path instead, transformers' own
+    """A draft whose token multiplies more weights than the target's cannot gain at any length (E(K) <= K + 1
+    tokens for more than 1 + K target steps): the call runs the fastest target-only path instead, transformers' own
     generate() (on the prepacked CPU weights), with every generation option as given. Said once, as a warning."""
     import copy
 
