@@ -136,6 +136,24 @@ def stop_agreement():
     return agree
 
 
+def choice_agreement():
+    """Multi-card: a function that makes rank 0's draft length of a round every rank's (the adaptive policy chooses
+    from wall-clock timings, which differ per rank; ranks that verify different widths block in the target's first
+    all-reduce). None when not distributed."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return None
+    device = "cpu" if dist.get_backend() == "gloo" else None
+
+    def agree(k: int, like: torch.Tensor) -> int:
+        buffer = torch.tensor([k], dtype=torch.long, device=device or like.device)
+        dist.broadcast(buffer, src=0)
+        return int(buffer.item())
+
+    return agree
+
+
 def ranks_agree(tensor: torch.Tensor) -> bool:
     """True when every rank holds the same tensor (checked on all ranks)."""
     import torch.distributed as dist

@@ -124,9 +124,10 @@ def adaptive_table(bench: dict) -> str:
                          f"{_x(r.get('speedup_vs_transformers_assisted'))} | {_x(r.get('vs_fixed'))} | "
                          f"{_f(r.get('tau'))} | {_f(r.get('mean_draft_length'), '{:.1f}')} | "
                          f"{_f(r.get('rounds_without_draft_share'), '{:.0%}')} | {exact} |")
-    return "\n".join(lines) + (f"\n\n{bench['prompts']} chat requests per pair (batch 4: {4 * bench['prompts']}), "
-                               f"{bench['max_new_tokens']} new tokens, fp32, eager, rows interleaved per prompt, median "
-                               f"of {bench['repeats']} repeats ({bench['date']}): `{bench['command']}`.")
+    counts = ", ".join(f"{g} {res['prompts']}" for g, res in bench["groups"].items())
+    return "\n".join(lines) + (f"\n\nChat requests per pair ({counts}), {bench['max_new_tokens']} new tokens, fp32, "
+                               f"eager, rows interleaved per prompt, median of {bench['repeats']} repeats "
+                               f"({bench.get('merged', bench['date'])}): `{bench['command']}`.")
 
 
 def adaptive_goals(bench: dict) -> str:

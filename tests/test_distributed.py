@@ -61,7 +61,8 @@ def test_shard_assistant_needs_a_launch(tmp_path):
 @pytest.mark.slow
 def test_every_rank_follows_rank_zeros_stopping_decision(tmp_path):
     """Issue 22, finding 11: a stopping criterion that fires on one rank only (max_time, a per-rank criterion)
-    must not split the ranks: both take rank 0's decision and return the same tokens, the full 12."""
+    must not split the ranks: both take rank 0's decision and return the same tokens, the full 12. Likewise the
+    adaptive draft length, chosen from per-rank timings (a CI run hung on it)."""
     launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29514",
               str(REPO / "tests" / "dist_stop_worker.py"), str(tmp_path)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -70,3 +71,7 @@ def test_every_rank_follows_rank_zeros_stopping_decision(tmp_path):
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["ids"] == ranks[1]["ids"]
     assert len(ranks[0]["ids"]) - ranks[0]["prompt_len"] == 12  # rank 0 never stopped early: nor did rank 1
+    # the adaptive draft length is rank 0's on every rank (rank 1's own policy would never draft)
+    assert ranks[0]["adaptive_ids"] == ranks[1]["adaptive_ids"]
+    assert len(ranks[0]["adaptive_ids"]) - ranks[0]["prompt_len"] == 12
+    assert ranks[0]["rounds_without_draft"] == ranks[1]["rounds_without_draft"] == 0

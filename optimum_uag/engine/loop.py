@@ -10,7 +10,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.utils import ModelOutput
 
-from ..distributed import stop_agreement
+from ..distributed import choice_agreement, stop_agreement
 from ..runners import plan_for
 from .commit import commit, stopping_criteria
 from .config import AssistedConfig, resolve_config, validate_inputs
@@ -170,6 +170,7 @@ class _Call:
         rounds = self.plan.rounds
         agree = stop_agreement()  # multi-card: one stopping decision for every rank
         policy = self.policy
+        agree_k = choice_agreement() if policy is not None and not policy.never else None  # and one draft length
         if rounds is not None:
             rounds.start()
         while True:
@@ -178,6 +179,8 @@ class _Call:
                 k = schedule.k
             else:
                 k = policy.next()
+                if agree_k is not None:
+                    k = agree_k(k, state.tokens)
             if k == 0:  # no draft this round (the adaptive policy): the target's own decoding step
                 proposal = Proposal(tokens=state.tokens[:, :0])
             else:

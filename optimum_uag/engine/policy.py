@@ -173,8 +173,9 @@ class AdaptivePolicy:
             self.tree_sums = [DECAY * self.tree_sums[0] + tokens, DECAY * self.tree_sums[1] + seconds]
             self.tree_rate = self.tree_sums[0] / max(self.tree_sums[1], 1e-9)
             return
-        extra = max(seconds - self.t0, 0.0) / k
-        self.s = extra if self.s is None else (1 - EMA) * self.s + EMA * extra
+        if self.t0 is not None:  # (multi-card: rank 0's choice may draft before this rank timed a plain round)
+            extra = max(seconds - self.t0, 0.0) / k
+            self.s = extra if self.s is None else (1 - EMA) * self.s + EMA * extra
         self._count(k, accepted_hist)
 
     def _count(self, k: int, accepted_hist: list[int] | None) -> None:
