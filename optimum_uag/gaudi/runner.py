@@ -25,6 +25,80 @@ def cache_mechanism(model) -> str | None:
     return None
 
 
+# optimum-habana 1.21.2 classes with a reuse_cache KV cache whose forward cannot take a block of L > 1 tokens at
+# arbitrary columns (a verify, a catch-up): refused by name, with the place in upstream's code that stops it
+REFUSED = {
+    "GaudiMistralForCausalLM": "its model forward takes the past length as 0 for the mask (modeling_mistral.py: "
+                               "past_key_values_length = 0 with reuse_cache), so a block over a filled cache is refused "
+                               "by its own 4D-mask check",
+    "GaudiFalconForCausalLM": "its model forward takes the past length as 0 whenever token_idx is given "
+                              "(modeling_falcon.py), so a block over a filled cache is refused by its own 4D-mask check",
+    "GaudiGPTJForCausalLM": "its model forward flattens the attention mask to one row per sequence and adds a causal "
+                            "bias that assumes the block fills the cache's last columns (modeling_gptj.py)",
+    "GaudiGemma2ForCausalLM": "its allocate_kv_cache reads GaudiGemma2Attention.num_key_value_heads, which the "
+                              "installed transformers no longer sets (optimum-habana's own reuse_cache generate() fails "
+                              "the same way)",
+    "GaudiStarcoder2ForCausalLM": "its allocate_kv_cache reads GaudiStarcoder2Attention.num_key_value_heads, which the "
+                                  "installed transformers no longer sets (optimum-habana's own reuse_cache generate() "
+                                  "fails the same way)",
+    "GaudiDeepseekV2ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
+                                  "dimension the runner's column map addresses",
+    "GaudiDeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
+                                  "dimension the runner's column map addresses",
+}
+# classes whose own forward (optimum-habana 1.21.2) differs from transformers' model of the same weights: assisted
+# generation reproduces the Gaudi class (what its own generate() gives), said once per call
+UPSTREAM_DIFFERS = {
+    "GaudiGemmaForCausalLM": "GaudiGemmaDecoderLayer.post_attn_pre_mlp normalizes the attention output before the "
+                             "residual add and feeds the MLP the un-normalized sum (transformers: add, then "
+                             "post_attention_layernorm, then the MLP)",
+}
+# classes whose model forward passes a 4D mask to the attention as it is: it must be additive (0 = attend)
+ADDITIVE_MASK = {"GaudiGemmaForCausalLM"}
+
+
+def refusal(model, max_len: int) -> str | None:
+    """Why optimum-uag's Gaudi runner cannot run this optimum-habana class for sequences of `max_len` tokens (one
+    line naming it), or None."""
+    name = type(model).__name__
+    if name in REFUSED:
+        return f"{name} cannot run in optimum-uag's static Gaudi runner: {REFUSED[name]}"
+    config = text_config_of(model)
+    window = getattr(config, "sliding_window", None)
+    if window and max_len > window and (getattr(config, "use_sliding_window", True) or "sliding_attention" in
+                                        (getattr(config, "layer_types", None) or ())):
+        return (f"{name} has a sliding window ({window} tokens) that optimum-habana's {name} does not apply on its "
+                f"reuse_cache path: a sequence of up to {max_len} tokens would attend to tokens the model never "
+                "sees in transformers; keep prompt + max_new_tokens within the window")
+    return None
+
+
+class _OwnError(ValueError):
+    """A runner input error of ours (not a model class failing inside its forward)."""
+
+
+def _write_at_token_idx(prev, cur, dim, idx, inp_seq_len):
+    """KVCache.update as optimum-habana's Llama does it with inp_seq_len -1: the block at columns idx - 1; the
+    attention then reads the whole cache under the runner's mask."""
+    prev.index_copy_(dim, idx - 1, cur)
+    return prev
+
+
+def _writes_blocks(module) -> bool:
+    """True for a KVCache whose update already writes a block at token_idx (optimum-habana's Llama KVCache)."""
+    update = getattr(type(module), "update", None)
+    return getattr(update, "__module__", "").endswith("llama.modeling_llama")
+
+
+class _Sizes(tuple):
+    """A cache tensor's reported shape (batch, heads, past, head_dim): a tuple that also answers `.shape`, as some
+    optimum-habana classes read `past_key_values[i][0].shape[-2]` and others `past_key_values[0][0][2]`."""
+
+    @property
+    def shape(self):
+        return torch.Size(self)
+
+
 def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
     """optimum-habana's per-layer KVCache modules (k_cache, v_cache), in layer order; under Intel Neural
     Compressor FP8 these are INC's PatchedKVCache wrappers, whose live module is `orig_mod` (see _live)."""
@@ -125,6 +199,15 @@ class GaudiModelRunner:
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
+        reason = refusal(model, max_len)
+        if reason is not None:
+            raise ValueError(reason)
+        if type(model).__name__ in UPSTREAM_DIFFERS:
+            import warnings
+
+            warnings.warn(f"optimum-habana's {type(model).__name__} does not compute transformers' model: "
+                          f"{UPSTREAM_DIFFERS[type(model).__name__]}; assisted generation reproduces the Gaudi class "
+                          "(its own generate()'s output), not transformers'", stacklevel=2)
         live = model_state(model).setdefault("live_runners", weakref.WeakSet())
         if any(not runner.closed for runner in live):
             raise ValueError(f"this {type(model).__name__} already runs in this generate() call (is assistant_model "
@@ -153,6 +236,12 @@ class GaudiModelRunner:
                       flash_attention_causal_mask=False, attn_softmax_bf16=attn_softmax_bf16,
                       flash_attention_fast_softmax=flash_attention_fast_softmax)
         self.attention = {key: value for key, value in wanted.items() if accepts(model, key)}
+        self.additive_mask = type(model).__name__ in ADDITIVE_MASK or (
+            type(model).__name__ == "GaudiMixtralForCausalLM" and
+            getattr(model.config, "_attn_implementation", None) == "sdpa")
+        llama = type(model).__name__.startswith("GaudiLlama")  # (as upstream's generate() calls it: torch.Size, no
+        self.cache_position = accepts(model, "cache_position") and not llama  # cache_position)
+        self.sizes = torch.Size if llama else _Sizes
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
         self.write = 0  # host-side: next free column (never read back from the device)
         # ... and its device twin, the base of every block's columns: a Python int added to a tensor would be a
@@ -163,6 +252,8 @@ class GaudiModelRunner:
         self.compactions = 0
         self.dtype = model.dtype
         self._restore: list = []
+        self._proven: set = set()  # block kinds (one token / more) this runner has run once
+        self._overridden: list = []  # KVCache modules whose update() is ours while the runner is open
         self._bypass: dict = {}
         self._depth = 0
         self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
@@ -205,6 +296,13 @@ class GaudiModelRunner:
                 pool[key] = [m.cache for m in modules]
             for m, tensor in zip(modules, pool[key]):
                 m.cache, m.inp_seq_len = tensor, -1
+                if "update" not in vars(m) and not _writes_blocks(m):
+                    # optimum-habana's shared KVCache (and Gemma's, GPT-J's, ...) writes a block of L > 1 tokens at
+                    # columns 0..L-1 as a prefill (modeling_all_models.py KVCache.update); Llama's writes any block
+                    # at token_idx when inp_seq_len is -1. Ours does the latter for every class while the runner
+                    # is open (close() removes it)
+                    m.update = _write_at_token_idx
+                    self._overridden.append(m)
             self.cache_shapes = [(_live(k).cache.shape, _live(v).cache.shape) for k, v in self.caches]
             return
         if key not in pool:
@@ -234,6 +332,9 @@ class GaudiModelRunner:
         for module, tensor, seq_len in reversed(self._restore):
             module.cache, module.inp_seq_len = tensor, seq_len
         self._restore = []
+        for module in self._overridden:
+            vars(module).pop("update", None)
+        self._overridden = []
 
     def _tensors(self) -> list[torch.Tensor]:
         if self.mechanism == "reuse_cache":
@@ -278,7 +379,23 @@ class GaudiModelRunner:
             self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
         self._depth += 1
         try:
-            return self._forward(tokens, start, logits_to_keep, hidden, tree)
+            kind = tokens.shape[1] == 1  # a block of one token (decode) or more (prompt, verify): two code paths
+            if kind in self._proven or self._depth > 1:
+                return self._forward(tokens, start, logits_to_keep, hidden, tree)
+            try:  # the first forward of each kind: a class our runner cannot drive fails here, said by name
+                out = self._forward(tokens, start, logits_to_keep, hidden, tree)
+                self._proven.add(kind)
+                return out
+            except _OwnError:
+                raise
+            except Exception as err:  # noqa: BLE001
+                import optimum.habana
+
+                raise ValueError(
+                    f"{type(self.model).__name__} (optimum-habana {optimum.habana.__version__}) cannot run in "
+                    f"optimum-uag's static Gaudi runner ({self.mechanism} cache): its forward raised "
+                    f"{type(err).__name__}: {str(err).splitlines()[0][:160]}. docs/gaudi.md lists the classes "
+                    "tested; use one of those as target/assistant_model, or run without assistant_model") from err
         finally:
             self._depth -= 1
 
@@ -307,7 +424,7 @@ class GaudiModelRunner:
         if self.write + length > self.columns:
             self._compact()
             if self.write + length > self.columns:
-                raise ValueError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
+                raise _OwnError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
@@ -387,7 +504,7 @@ class GaudiModelRunner:
         """(B, L, columns) for a tree block: the committed columns (slots pad..start - 1, before this block is
         written) and, among the block's columns, each node's ancestors and itself."""
         if tree.ancestors.shape[1] != slots.shape[1]:
-            raise ValueError("a tree block is [root, nodes]: its width must be the tree's nodes + 1")
+            raise _OwnError("a tree block is [root, nodes]: its width must be the tree's nodes + 1")
         self._tree_columns = columns
         held = self.slot_of[:, None, :]
         visible = ((held >= self.pad[:, None, None]) & (held < start[:, None, None])).expand(-1, slots.shape[1], -1)
@@ -403,13 +520,19 @@ class GaudiModelRunner:
         # optimum-habana reads "past length" from the cache shapes and expects a mask of past + length columns;
         # the mask must span exactly the cache (grouped-query attention does not slice it), so the shapes we
         # pass say columns - length. Only that length is read from them; the KVCache modules hold the tensors.
-        past = [tuple(torch.Size((*s[:2], self.columns - length, s[3])) for s in pair) for pair in self.cache_shapes]
+        past = [tuple(self.sizes((*s[:2], self.columns - length, s[3])) for s in pair) for pair in self.cache_shapes]
         visible = self._visible(slots) if visible is None else visible
-        mask = visible[:, None].to(self.dtype)  # (B, 1, L, columns); 1 = attend (optimum-habana inverts)
+        if self.additive_mask:  # (the class passes a 4D mask to its attention unchanged)
+            mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(
+                ~visible, torch.finfo(self.dtype).min)[:, None]
+        else:
+            mask = visible[:, None].to(self.dtype)  # (B, 1, L, columns); 1 = attend (optimum-habana inverts)
+        # cache_position: read only where the class would otherwise derive it from `past`'s shapes (Mixtral, Phi)
+        position = {"cache_position": columns} if self.cache_position else {}
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **self._bypass,
+            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **self._bypass, **position,
             **({"output_hidden_states": True} if hidden else {}),
         )
         return out
@@ -477,8 +600,8 @@ def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: 
             f"{type(model).__name__} (optimum-habana's token_idx class) cannot be the target of assisted generation "
             "on Gaudi: its attention builds a causal mask only for a block without a past, so verifying K draft "
             "tokens takes K+1 sequential forwards and can only be slower than generate() without a draft. Use it "
-            "as the assistant_model, or a target whose optimum-habana class has a reuse_cache KV cache (Llama, "
-            "Mistral, Mixtral, Qwen2, Qwen3, Gemma, Falcon, Phi, ...), or run this target without assistant_model")
+            "as the assistant_model, or a target whose optimum-habana class runs on the reuse_cache path (Llama, "
+            "Qwen2, Qwen3, Gemma: docs/gaudi.md lists every class), or run this target without assistant_model")
     if mechanism is None:
         # (no prepacked CPU kernels: the model runs on the HPU's own; runners/packed.py is a CPU path)
         return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role, packed=False),

@@ -1,0 +1,93 @@
+"""Every causal-LM class optimum-habana's adapt_transformers_to_gaudi() installs, as target and as draft of
+assisted generation on optimum-uag's Gaudi runner (under the HPU emulator on CPU): exact, or refused with one line
+naming the class. Shared by tests/test_gaudi.py and scripts/gaudi_table.py (docs/gaudi.md's class table).
+
+Two phases, because adapt_transformers_to_gaudi() patches transformers for the rest of the process:
+`plain_reference(model_type)` before it (the plain transformers model, its greedy output), `check(ref, ...)` after.
+"""
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+# the model types whose causal-LM class optimum-habana 1.21.2 replaces with a Gaudi class (modeling_utils.py,
+# adapt_transformers_to_gaudi); tests/test_gaudi.py checks this list against the installed package
+GAUDI_MODEL_TYPES = (
+    "bloom", "codegen", "cohere", "deepseek_v2", "deepseek_v3", "falcon", "gemma", "gemma2", "gemma3_text", "gpt2", "gpt_bigcode",
+    "gpt_neo", "gpt_neox", "gpt_oss", "gptj", "llama", "mistral", "mixtral", "mllama", "mpt", "opt", "persimmon", "phi",
+    "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "stablelm", "starcoder2", "xglm",
+)
+VOCAB = 64
+NEW = 20
+PROMPT = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [0, 0, 3, 4, 5, 6, 7]])
+MASK = (torch.arange(7) >= torch.tensor([[0], [2]])).long()
+GAUDI = dict(lazy_mode=True, hpu_graphs=True, static_shapes=True, reuse_cache=True)
+
+
+def plain_reference(model_type: str) -> dict:
+    """A tiny random `model_type` model (fp32) and its plain transformers greedy output on a padded batch of 2; the
+    class to look up once optimum-habana has patched transformers."""
+    from .architectures import tiny_model
+
+    model = tiny_model(model_type, VOCAB, seed=1, dtype=torch.float32)
+    with torch.no_grad():
+        out = model.generate(PROMPT, attention_mask=MASK, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    return {"model_type": model_type, "config": model.config, "state": model.state_dict(), "greedy": out,
+            "module": type(model).__module__, "name": type(model).__name__}
+
+
+def gaudi_instance(ref: dict):
+    """The class adapt_transformers_to_gaudi() put in place of the plain one, with the reference's weights."""
+    cls = getattr(importlib.import_module(ref["module"]), ref["name"])
+    model = cls(ref["config"])
+    model.load_state_dict(ref["state"], strict=False)
+    return model.eval()
+
+
+def own_greedy(model) -> torch.Tensor:
+    """The model's greedy continuation by full forwards without a cache (the class's own output)."""
+    seq, mask = PROMPT.clone(), MASK.clone()
+    with torch.no_grad():
+        for _ in range(NEW):
+            positions = (mask.cumsum(1) - 1).clamp_min(0)
+            logits = model(seq, attention_mask=mask, position_ids=positions, use_cache=False).logits[:, -1]
+            seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+    return seq
+
+
+def check(ref: dict, partner: dict) -> dict:
+    """The class of `ref` as target (draft: `partner`'s Gaudi class) and as draft (target: `partner`), greedy,
+    K 3 (fixed). Returns {"class", "target", "draft", "reason", "matches_transformers"}: each role "exact" (the
+    target's own output), "refused" (ValueError naming the class; the reason kept) or "differs"."""
+    from .. import assisted_generate
+
+    model = gaudi_instance(ref)
+    name = type(model).__name__
+    result = {"class": name, "model_type": ref["model_type"], "reason": None, "matches_transformers": None}
+    try:
+        own = own_greedy(model)
+        result["matches_transformers"] = bool(torch.equal(own, ref["greedy"]))
+    except Exception as err:  # noqa: BLE001 - the class's own forward: reported, not ours
+        own = None
+        result["own_forward_error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    for role in ("target", "draft"):
+        other = gaudi_instance(partner)
+        target, draft = (model, other) if role == "target" else (other, model)
+        expected = own if role == "target" else partner["greedy"]
+        try:
+            out = assisted_generate(target, draft, PROMPT, MASK, max_new_tokens=NEW, do_sample=False,
+                                    num_assistant_tokens=3, draft_policy="fixed", eos_token_id=None,
+                                    pad_token_id=0, **GAUDI)
+        except ValueError as err:
+            message = str(err)
+            result[role] = "refused" if name in message else f"raised without naming the class: {message[:200]}"
+            result["reason"] = result["reason"] or message
+            result[f"reason_{role}"] = message
+            continue
+        except Exception as err:  # noqa: BLE001 - a crash: reported as such
+            result[role] = f"crashed: {type(err).__name__}: {str(err)[:200]}"
+            continue
+        result[role] = "exact" if expected is not None and torch.equal(out.sequences, expected) else "differs"
+    return result
