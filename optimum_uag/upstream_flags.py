@@ -33,8 +33,8 @@ APPLIED = {
     "attn_softmax_bf16": ({}, "Gaudi: attention softmax in bf16 (eager attention), for optimum-uag's target forwards "
                               "as for the target-only baseline"),
     "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None),
-                                     "Gaudi: FusedSDPA's fast softmax, for optimum-uag's target forwards as for the "
-                                     "target-only baseline"),
+                                     "Gaudi: FusedSDPA's fast softmax for the prompt's forwards, as upstream's Llama "
+                                     "(never a verify block: upstream's target-only decode never runs it)"),
 }
 
 # flag: (argparse kwargs, the value that means "off", what to do instead)

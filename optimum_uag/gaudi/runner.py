@@ -236,6 +236,9 @@ class GaudiModelRunner:
                       flash_attention_causal_mask=False, attn_softmax_bf16=attn_softmax_bf16,
                       flash_attention_fast_softmax=flash_attention_fast_softmax)
         self.attention = {key: value for key, value in wanted.items() if accepts(model, key)}
+        self.decode_attention = {key: (False if key in ("flash_attention_fast_softmax", "flash_attention_recompute")
+                                       else value) for key, value in self.attention.items()}
+        self._knobs = self.attention
         self.additive_mask = type(model).__name__ in ADDITIVE_MASK or (
             type(model).__name__ == "GaudiMixtralForCausalLM" and
             getattr(model.config, "_attn_implementation", None) == "sdpa")
@@ -377,6 +380,10 @@ class GaudiModelRunner:
         block is [root, tree nodes] at slots start + depth, each seeing its ancestors (engine/tree.py)."""
         if self._depth == 0:  # a prompt's every piece (bucket padding, chunks) runs outside graphs with limit_hpu_graphs
             self._bypass = {"bypass_hpu_graphs": True} if self.bypass_prefill and self.write == 0 else {}
+            # upstream's Llama applies flash_attention_fast_softmax (and recompute) to blocks of q_len > 1, i.e. the
+            # prompt only: its target-only decode runs "None" softmax. Our verify blocks (K+1 tokens) must compute
+            # what that decode computes, so the knob reaches the prompt's forwards only (issue 29, finding 7)
+            self._knobs = self.attention if self.write == 0 else self.decode_attention
         self._depth += 1
         try:
             kind = tokens.shape[1] == 1  # a block of one token (decode) or more (prompt, verify): two code paths
@@ -532,7 +539,7 @@ class GaudiModelRunner:
         out = self.call(
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
-            logits_to_keep=_bucketed(logits_to_keep, length), **self.attention, **self._bypass, **position,
+            logits_to_keep=_bucketed(logits_to_keep, length), **self._knobs, **self._bypass, **position,
             **({"output_hidden_states": True} if hidden else {}),
         )
         return out
