@@ -10,6 +10,28 @@ from .engine import assisted_generate
 _ORIGINAL: dict = {}  # class -> the generate() optimum-uag wrapped in it
 _EXTRA: list = []  # classes besides GenerationMixin whose own generate() is routed (see enable)
 _LAST = {"metrics": None}
+# model paths a launcher knows (optimum_uag.gaudi.launch reads run_generation.py's --model_name_or_path and
+# --assistant_model): upstream's script passes no tokenizer= / assistant_tokenizer=, so a pair whose vocabularies
+# differ gets its tokenizers from these paths (loaded once; a pair sharing one vocabulary is unaffected)
+_LAUNCH = {"paths": None, "tokenizers": None}
+
+
+def set_launch_paths(model_path: str | None, assistant_path: str | None) -> None:
+    _LAUNCH.update(paths=(model_path, assistant_path) if model_path and assistant_path else None, tokenizers=None)
+
+
+def _launch_tokenizers():
+    """(target tokenizer, assistant tokenizer) from the launcher's paths, or (None, None)."""
+    if _LAUNCH["paths"] is None:
+        return None, None
+    if _LAUNCH["tokenizers"] is None:
+        from transformers import AutoTokenizer
+
+        try:
+            _LAUNCH["tokenizers"] = tuple(AutoTokenizer.from_pretrained(p) for p in _LAUNCH["paths"])
+        except Exception:  # noqa: BLE001 - no tokenizer there: the engine says what to pass
+            _LAUNCH["tokenizers"] = (None, None)
+    return _LAUNCH["tokenizers"]
 
 
 def _wants_engine(assistant_model, generation_config, kwargs) -> bool:
@@ -19,6 +41,12 @@ def _wants_engine(assistant_model, generation_config, kwargs) -> bool:
     if lookup is None and generation_config is not None:
         lookup = generation_config.prompt_lookup_num_tokens
     return bool(lookup)
+
+
+def _needs_tokenizers(model, assistant_model) -> bool:
+    """A draft model whose vocabulary differs from the target's (UAG needs both tokenizers)."""
+    config = getattr(assistant_model, "config", None)
+    return config is not None and getattr(config, "vocab_size", None) != getattr(model.config, "vocab_size", None)
 
 
 def _make_generate(original):
@@ -33,6 +61,8 @@ def _make_generate(original):
         attention_mask = kwargs.pop("attention_mask", None)
         tokenizer = kwargs.pop("tokenizer", None)
         assistant_tokenizer = kwargs.pop("assistant_tokenizer", None)
+        if tokenizer is None and assistant_tokenizer is None and _needs_tokenizers(self, assistant_model):
+            tokenizer, assistant_tokenizer = _launch_tokenizers()
         out = assisted_generate(
             self, assistant_model, input_ids, attention_mask, tokenizer=tokenizer,
             assistant_tokenizer=assistant_tokenizer, generation_config=generation_config, streamer=streamer,

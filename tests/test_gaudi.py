@@ -750,14 +750,17 @@ def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_m
 
 
 # ---------------------------------------------- optimum-habana's run_generation.py through our engine (finding 4)
-@pytest.mark.parametrize("flags", [[], ["--limit_hpu_graphs", "--bucket_internal", "--bucket_size", "16"]],
-                         ids=["graphs", "no-tensor-cache"])
-def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags):
+@pytest.mark.parametrize("flags,draft", [([], "assistant_same_tokenizer"),
+                                        (["--limit_hpu_graphs", "--bucket_internal", "--bucket_size", "16"],
+                                         "assistant_same_tokenizer"),
+                                        ([], "assistant")], ids=["graphs", "no-tensor-cache", "uag"])
+def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags, draft):
     """`python -m optimum_uag.gaudi.launch SCRIPT` runs a script making run_generation.py's calls in its order
     (setup_env's adapt_transformers_to_gaudi() after our enable(), both models wrapped in HPU graphs, upstream's
     generation config and generate() arguments, batch 2); generate(assistant_model=...) reaches our engine and
     equals optimum-habana's own target-only generate(). With --limit_hpu_graphs --bucket_internal upstream's
-    setup_env sets PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1."""
+    setup_env sets PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1. A draft with another tokenizer (issue 29, finding 5): upstream
+    passes generate() no tokenizers; the launcher loads them from the two model paths, and UAG runs."""
     import json
     import subprocess
     import sys
@@ -770,7 +773,7 @@ def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags):
     env = {k: v for k, v in __import__("os").environ.items() if k != "PT_HPUGRAPH_DISABLE_TENSOR_CACHE"}
     done = subprocess.run([sys.executable, str(here / "emulated_launch.py"), str(here / "upstream_calls.py"),
                            "--model_name_or_path", str(paths["target"]), "--assistant_model",
-                           str(paths["assistant_same_tokenizer"]), "--batch_size", "2", "--use_hpu_graphs",
+                           str(paths[draft]), "--batch_size", "2", "--use_hpu_graphs",
                            "--output", str(out), *flags], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())

@@ -18,6 +18,17 @@ import sys
 USAGE = "usage: python -m optimum_uag.gaudi.launch SCRIPT.py [SCRIPT ARGUMENTS...]"
 
 
+def _flag(argv: list[str], name: str) -> str | None:
+    """The value of `--name VALUE` or `--name=VALUE` in a script's arguments (the last one), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Enable optimum-uag on Gaudi, then run SCRIPT with its arguments as __main__."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -44,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         print(f"optimum_uag.gaudi.launch: {exc}", file=sys.stderr)
         return 2
+    from optimum_uag import patch
+
+    # upstream's run_generation.py passes generate() no tokenizers: a UAG pair gets them from its two paths
+    patch.set_launch_paths(_flag(argv, "--tokenizer_name_or_path") or _flag(argv, "--model_name_or_path"),
+                           _flag(argv, "--assistant_model"))
     sys.argv = [script, *argv[1:]]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # the script's own imports (its utils.py)
     runpy.run_path(script, run_name="__main__")
