@@ -965,3 +965,46 @@ def test_every_gaudi_class_is_exact_or_refused_by_name(plain, emu, model_type):
         from optimum_uag.gaudi.runner import UPSTREAM_DIFFERS
 
         assert result["matches_transformers"] is (result["class"] not in UPSTREAM_DIFFERS), result
+
+
+def test_a_runner_that_fails_to_start_leaves_the_model_as_it_was(plain, emu, monkeypatch):
+    """Review finding: a failure after the KV tensors and the KVCache update() were swapped in (a graph wrapper, the
+    RoPE table) puts back what was there, so optimum-habana's own generate() and the next runner find the model as
+    it was."""
+    from optimum_uag.gaudi import device as hpu
+    from optimum_uag.gaudi.runner import GaudiModelRunner, _kv_caches, _live
+
+    model = gaudi_classes.gaudi_instance(plain["classes"]["qwen2"])
+    modules = [_live(c) for pair in _kv_caches(model) for c in pair]
+    assert modules and all(m.cache is None and "update" not in vars(m) for m in modules)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("graph wrapper failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(hpu, "GraphStep", broken)
+        with pytest.raises(RuntimeError, match="graph wrapper failed"):
+            GaudiModelRunner(model, 2, 24, torch.tensor([0, 2]), lazy_mode=True)
+    assert all(m.cache is None and "update" not in vars(m) for m in modules)
+    runner = GaudiModelRunner(model, 2, 24, torch.tensor([0, 2]), lazy_mode=True)  # not "already runs"
+    assert all(vars(m).get("update") is not None for m in modules)  # (Qwen2's KVCache: ours while open)
+    runner.close()
+    assert all("update" not in vars(m) for m in modules)
+
+
+def test_sliding_window_refusal_reads_the_layer_types(plain, emu):
+    """A window is refused only where a layer uses it (Qwen2's layer_types), and only past the window."""
+    from transformers import Qwen2Config
+
+    from optimum_uag.gaudi.runner import refusal
+
+    model = gaudi_classes.gaudi_instance(plain["classes"]["qwen2"])
+    base = model.config.to_dict()
+    for sliding, max_window_layers, refused in ((False, 0, False), (True, 0, True), (True, 99, False)):
+        model.config = Qwen2Config(**{**base, "use_sliding_window": sliding, "sliding_window": 16,
+                                      "max_window_layers": max_window_layers, "layer_types": None})
+        reason = refusal(model, 40)
+        assert (reason is not None) is refused, (sliding, max_window_layers, model.config.layer_types)
+        assert refusal(model, 16) is None  # within the window
+        if refused:
+            assert "GaudiQwen2ForCausalLM" in reason and "16 tokens" in reason

@@ -65,12 +65,17 @@ def refusal(model, max_len: int) -> str | None:
         return f"{name} cannot run in optimum-uag's static Gaudi runner: {REFUSED[name]}"
     config = text_config_of(model)
     window = getattr(config, "sliding_window", None)
-    if window and max_len > window and (getattr(config, "use_sliding_window", True) or "sliding_attention" in
-                                        (getattr(config, "layer_types", None) or ())):
+    layer_types = getattr(config, "layer_types", None)
+    sliding = "sliding_attention" in layer_types if layer_types else getattr(config, "use_sliding_window", True)
+    if window and max_len > window and sliding:
         return (f"{name} has a sliding window ({window} tokens) that optimum-habana's {name} does not apply on its "
-                f"reuse_cache path: a sequence of up to {max_len} tokens would attend to tokens the model never "
-                "sees in transformers; keep prompt + max_new_tokens within the window")
+                f"reuse_cache path: a sequence of up to {max_len} tokens (prompt with its padding, max_new_tokens and the "
+                "draft length) would attend to tokens the model never sees in transformers; keep it within the "
+                "window")
     return None
+
+
+_MISSING = object()
 
 
 class _OwnError(ValueError):
@@ -265,21 +270,26 @@ class GaudiModelRunner:
         self._features: dict = model_state(model).setdefault("feature_buffers", {}).setdefault(
             (self.mechanism, batch_size, self.columns, model.dtype), {})
         self._feature_target = None
-        self._allocate()
-        limit = getattr(text_config_of(model), "max_position_embeddings", None)
-        if hasattr(model, "update_sincos_cache") and limit is not None and limit < self.columns:
-            # as upstream's generate() before decoding: a RoPE table for the whole width, built here and not
-            # inside a forward (a lazy graph or an HPU-graph capture)
-            model.update_sincos_cache(seq_len=self.columns)
-        # upstream's limit_hpu_graphs: the prompt's forward runs outside graphs (no capture per prompt shape);
-        # clear_hpu_graphs_cache (with it): the graphs are dropped at the end of the call
-        self.bypass_prefill = hpu_graphs and limit_hpu_graphs
-        self.clear_graphs = hpu_graphs and limit_hpu_graphs and clear_hpu_graphs_cache
-        if hpu_graphs:  # our own wrapped step, kept with the pooled cache it reads (never the user's model)
-            key = (self.mechanism, self.batch_size, self.columns, self.dtype)
-            self.call = hpu.graph_step(model, key, self.past if self.mechanism == "token_idx" else None)
-        else:
-            self.call = hpu.GraphStep(model, self.past if self.mechanism == "token_idx" else None)
+        self.clear_graphs = False
+        try:  # (a failure here must not leave the model's KVCache modules with our tensors or update())
+            self._allocate()
+            limit = getattr(text_config_of(model), "max_position_embeddings", None)
+            if hasattr(model, "update_sincos_cache") and limit is not None and limit < self.columns:
+                # as upstream's generate() before decoding: a RoPE table for the whole width, built here and not
+                # inside a forward (a lazy graph or an HPU-graph capture)
+                model.update_sincos_cache(seq_len=self.columns)
+            # upstream's limit_hpu_graphs: the prompt's forward runs outside graphs (no capture per prompt shape);
+            # clear_hpu_graphs_cache (with it): the graphs are dropped at the end of the call
+            self.bypass_prefill = hpu_graphs and limit_hpu_graphs
+            self.clear_graphs = hpu_graphs and limit_hpu_graphs and clear_hpu_graphs_cache
+            if hpu_graphs:  # our own wrapped step, kept with the pooled cache it reads (never the user's model)
+                key = (self.mechanism, self.batch_size, self.columns, self.dtype)
+                self.call = hpu.graph_step(model, key, self.past if self.mechanism == "token_idx" else None)
+            else:
+                self.call = hpu.GraphStep(model, self.past if self.mechanism == "token_idx" else None)
+        except BaseException:
+            self.close()
+            raise
 
     def _allocate(self) -> None:
         """KV tensors for (batch, columns): the pooled ones of an earlier call of this shape, else new ones.
@@ -299,13 +309,8 @@ class GaudiModelRunner:
                 pool[key] = [m.cache for m in modules]
             for m, tensor in zip(modules, pool[key]):
                 m.cache, m.inp_seq_len = tensor, -1
-                if "update" not in vars(m) and not _writes_blocks(m):
-                    # optimum-habana's shared KVCache (and Gemma's, GPT-J's, ...) writes a block of L > 1 tokens at
-                    # columns 0..L-1 as a prefill (modeling_all_models.py KVCache.update); Llama's writes any block
-                    # at token_idx when inp_seq_len is -1. Ours does the latter for every class while the runner
-                    # is open (close() removes it)
-                    m.update = _write_at_token_idx
-                    self._overridden.append(m)
+            for cache in (c for pair in self.caches for c in pair):
+                self._write_blocks_at_token_idx(cache)
             self.cache_shapes = [(_live(k).cache.shape, _live(v).cache.shape) for k, v in self.caches]
             return
         if key not in pool:
@@ -323,6 +328,23 @@ class GaudiModelRunner:
         # therefore be this very tuple (a new one per call would overwrite the live cache with a stale copy)
         self.past = pool[key]
 
+    def _write_blocks_at_token_idx(self, cache) -> None:
+        """optimum-habana's shared KVCache (and Gemma's, GPT-J's, ...) writes a block of L > 1 tokens at columns
+        0..L-1 as a prefill (modeling_all_models.py KVCache.update); Llama's writes any block at token_idx when
+        inp_seq_len is -1. Ours does the latter for every class while the runner is open (close() puts back what
+        was there). Under INC FP8 the live module's `update` is INC's quantizing wrapper, which calls the
+        PatchedKVCache's `org_update` (helper_modules.py): that is what gets replaced, so the block is still
+        quantized on its way in."""
+        live = _live(cache)
+        if _writes_blocks(live):
+            return
+        holder, attr = (cache, "org_update") if cache is not live and hasattr(cache, "org_update") else (live, "update")
+        saved = vars(holder).get(attr, _MISSING)
+        if saved is _write_at_token_idx:  # (left by a runner that never closed: the class's own is underneath)
+            saved = _MISSING
+        self._overridden.append((holder, attr, saved))
+        setattr(holder, attr, _write_at_token_idx)
+
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache); drop
         the graphs when upstream's clear_hpu_graphs_cache asks it."""
@@ -335,8 +357,11 @@ class GaudiModelRunner:
         for module, tensor, seq_len in reversed(self._restore):
             module.cache, module.inp_seq_len = tensor, seq_len
         self._restore = []
-        for module in self._overridden:
-            vars(module).pop("update", None)
+        for holder, attr, saved in reversed(self._overridden):
+            if saved is _MISSING:
+                vars(holder).pop(attr, None)
+            else:
+                setattr(holder, attr, saved)
         self._overridden = []
 
     def _tensors(self) -> list[torch.Tensor]:
@@ -393,15 +418,17 @@ class GaudiModelRunner:
                 out = self._forward(tokens, start, logits_to_keep, hidden, tree)
                 self._proven.add(kind)
                 return out
-            except _OwnError:
+            except (_OwnError, NotImplementedError, MemoryError):
                 raise
             except Exception as err:  # noqa: BLE001
+                if "out of memory" in str(err).lower():
+                    raise
                 import optimum.habana
 
                 raise ValueError(
                     f"{type(self.model).__name__} (optimum-habana {optimum.habana.__version__}) cannot run in "
                     f"optimum-uag's static Gaudi runner ({self.mechanism} cache): its forward raised "
-                    f"{type(err).__name__}: {str(err).splitlines()[0][:160]}. docs/gaudi.md lists the classes "
+                    f"{type(err).__name__}: {(str(err).splitlines() or [''])[0][:160]}. docs/gaudi.md lists the classes "
                     "tested; use one of those as target/assistant_model, or run without assistant_model") from err
         finally:
             self._depth -= 1
