@@ -88,13 +88,16 @@ def load_on_meta(path: str, dtype: torch.dtype, model_kwargs: dict, device: torc
     config = AutoConfig.from_pretrained(path, **config_kwargs)
     if config.model_type not in META_MODEL_TYPES:
         return None
-    if config.model_type == "llama" and getattr(config, "max_position_embeddings", 0) > 8192:
+    positions = getattr(config, "max_position_embeddings", 0)
+    if config.model_type == "llama" and positions > 8192:
         # as upstream's meta path (MODELS_WITH_POS_EMBEDDING_LIMIT): per-layer RoPE tables of 8192 rows; the Gaudi
         # runner extends them (update_sincos_cache) when a request's cache is wider
         config.max_position_embeddings = 8192
     with deepspeed.OnDevice(dtype=dtype, device="meta"):
         model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype,
                                                  trust_remote_code=config_kwargs.get("trust_remote_code", False))
+    if not hasattr(model, "update_sincos_cache"):  # transformers' own Llama has no table to cap: its real limit
+        model.config.max_position_embeddings = positions
     model = model.eval()
     if (Path(path) / "generation_config.json").is_file():  # what from_pretrained reads (EOS lists, defaults)
         from transformers import GenerationConfig

@@ -13,11 +13,52 @@ _LAST = {"metrics": None}
 # model paths a launcher knows (optimum_uag.gaudi.launch reads run_generation.py's --model_name_or_path and
 # --assistant_model): upstream's script passes no tokenizer= / assistant_tokenizer=, so a pair whose vocabularies
 # differ gets its tokenizers from these paths (loaded once; a pair sharing one vocabulary is unaffected)
-_LAUNCH = {"paths": None, "tokenizers": None}
+_LAUNCH = {"paths": None, "tokenizers": None, "launched": False, "assistant_path": None, "assistants": {}}
 
 
 def set_launch_paths(model_path: str | None, assistant_path: str | None) -> None:
-    _LAUNCH.update(paths=(model_path, assistant_path) if model_path and assistant_path else None, tokenizers=None)
+    _LAUNCH.update(paths=(model_path, assistant_path) if model_path and assistant_path else None, tokenizers=None,
+                   launched=True, assistant_path=assistant_path, assistants={})
+
+
+def _launch_assistant(model):
+    """The launcher's --assistant_model for a generate() call that got none, or None.
+
+    optimum-habana's run_generation.py calls generate() without assistant_model on its --dataset_name and mlcommons
+    paths, while it loaded one and set static_shapes=False for it: a dynamic-shape target-only run, slower than a
+    plain one, with no word to the user. Under the launcher such a call drafts with --assistant_model, loaded once
+    in the target's dtype, on its device (as upstream's setup_model loads it), said once."""
+    path = _LAUNCH["assistant_path"]
+    if not _LAUNCH["launched"] or not path:
+        return None
+    key = (id(model), model.dtype, str(model.device))
+    if key not in _LAUNCH["assistants"]:
+        import logging
+
+        from transformers import AutoModelForCausalLM
+
+        logging.getLogger("optimum_uag").warning(
+            "the script called generate() without assistant_model (optimum-habana's --dataset_name / mlcommons "
+            "paths do) although it was started with --assistant_model: drafting with %s, loaded by the launcher", path)
+        draft = AutoModelForCausalLM.from_pretrained(path, torch_dtype=model.dtype)
+        _LAUNCH["assistants"][key] = draft.eval().to(model.device)
+    return _LAUNCH["assistants"][key]
+
+
+def _place_assistant(model, assistant_model):
+    """Under the launcher, an assistant left on the CPU beside a target on an accelerator is moved there (once, said
+    once): upstream's multi-card setup_distributed_model loads the assistant and never moves it (utils.py, v1.21).
+    Outside the launcher a device mismatch stays an error naming the fix."""
+    device = getattr(model, "device", None)
+    if (not _LAUNCH["launched"] or device is None or device.type == "cpu"
+            or getattr(assistant_model, "device", None) is None or assistant_model.device.type != "cpu"):
+        return assistant_model
+    import logging
+
+    logging.getLogger("optimum_uag").warning(
+        "the script left assistant_model on the CPU (optimum-habana's multi-card setup_distributed_model does): "
+        "moving it to %s, where the target runs", device)
+    return assistant_model.to(device)
 
 
 def _launch_tokenizers():
@@ -53,6 +94,8 @@ def _make_generate(original):
     @functools.wraps(original)
     def generate(self, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
                  prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None, **kwargs):
+        if assistant_model is None and not _wants_engine(None, generation_config, kwargs):
+            assistant_model = _launch_assistant(self)
         if not _wants_engine(assistant_model, generation_config, kwargs):
             return original(self, inputs, generation_config, logits_processor, stopping_criteria,
                             prefix_allowed_tokens_fn, synced_gpus, assistant_model, streamer, **kwargs)
@@ -63,6 +106,8 @@ def _make_generate(original):
         assistant_tokenizer = kwargs.pop("assistant_tokenizer", None)
         if tokenizer is None and assistant_tokenizer is None and _needs_tokenizers(self, assistant_model):
             tokenizer, assistant_tokenizer = _launch_tokenizers()
+        if assistant_model is not None:
+            assistant_model = _place_assistant(self, assistant_model)
         out = assisted_generate(
             self, assistant_model, input_ids, attention_mask, tokenizer=tokenizer,
             assistant_tokenizer=assistant_tokenizer, generation_config=generation_config, streamer=streamer,

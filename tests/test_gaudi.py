@@ -753,14 +753,16 @@ def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_m
 @pytest.mark.parametrize("flags,draft", [([], "assistant_same_tokenizer"),
                                         (["--limit_hpu_graphs", "--bucket_internal", "--bucket_size", "16"],
                                          "assistant_same_tokenizer"),
-                                        ([], "assistant")], ids=["graphs", "no-tensor-cache", "uag"])
+                                        ([], "assistant"), (["--dataset_path"], "assistant_same_tokenizer")],
+                         ids=["graphs", "no-tensor-cache", "uag", "dataset"])
 def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags, draft):
     """`python -m optimum_uag.gaudi.launch SCRIPT` runs a script making run_generation.py's calls in its order
     (setup_env's adapt_transformers_to_gaudi() after our enable(), both models wrapped in HPU graphs, upstream's
     generation config and generate() arguments, batch 2); generate(assistant_model=...) reaches our engine and
     equals optimum-habana's own target-only generate(). With --limit_hpu_graphs --bucket_internal upstream's
     setup_env sets PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1. A draft with another tokenizer (issue 29, finding 5): upstream
-    passes generate() no tokenizers; the launcher loads them from the two model paths, and UAG runs."""
+    passes generate() no tokenizers; the launcher loads them from the two model paths, and UAG runs. Upstream's
+    --dataset_name path (finding 8) calls generate() without assistant_model: the launcher's --assistant_model drafts."""
     import json
     import subprocess
     import sys
@@ -780,6 +782,44 @@ def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags, 
     assert report["routed"] and report["target_calls"] < 24
     assert report["sequences"] == report["reference"] and len(report["sequences"]) == 2
     assert report["first_token_time"] > 0 and report["captures"]["GraphStep"] > 0
+
+
+def test_the_launcher_moves_an_assistant_left_on_the_cpu(monkeypatch):
+    """Issue 29, finding 2: optimum-habana's multi-card setup_distributed_model loads the assistant and never moves
+    it to the device; under the launcher it is moved to the target's device (the engine refused it before). Outside
+    the launcher the mismatch stays the engine's error naming the fix. (The emulator keeps every tensor on the CPU: the target
+    here only reports an HPU device.)"""
+    from optimum_uag import patch
+
+    class OnHpu:
+        device = torch.device("hpu")
+
+    assistant = tiny_llama(8, 1, layers=1, hidden=16)
+    moved = []
+    monkeypatch.setattr(assistant, "to", lambda device: moved.append(device) or assistant)
+    monkeypatch.setitem(patch._LAUNCH, "launched", False)
+    assert patch._place_assistant(OnHpu(), assistant) is assistant and moved == []
+    monkeypatch.setitem(patch._LAUNCH, "launched", True)
+    assert patch._place_assistant(OnHpu(), assistant) is assistant and moved == [torch.device("hpu")]
+    moved.clear()
+    assert patch._place_assistant(assistant, assistant) is assistant and moved == []  # a CPU target: nothing to do
+
+
+def test_a_gaudi_llama_runs_past_a_capped_max_position_embeddings(plain, emu):
+    """Issue 29, finding 4: upstream's multi-card loader caps a Llama's max_position_embeddings at 8192 and its
+    generate() extends the RoPE tables to the request (update_sincos_cache); ours did refuse prompt + max_new_tokens
+    beyond the cap. Here the cap is 16 and the request 27 positions: exact against the class's own output."""
+    import copy
+
+    ref = copy.copy(plain["classes"]["llama"])
+    ref["config"] = copy.deepcopy(ref["config"])
+    ref["config"].max_position_embeddings = 16
+    target = gaudi_classes.gaudi_instance(ref)
+    draft = gaudi_classes.gaudi_instance(plain["classes"]["llama"])
+    assert gaudi_classes.PROMPT.shape[1] + gaudi_classes.NEW > 16
+    out = assisted_generate(target, draft, gaudi_classes.PROMPT, gaudi_classes.MASK, max_new_tokens=gaudi_classes.NEW,
+                            do_sample=False, pad_token_id=0, num_assistant_tokens=3, **GAUDI)
+    assert torch.equal(out.sequences, gaudi_classes.own_greedy(target))
 
 
 def test_launcher_usage_errors(tmp_path):

@@ -26,6 +26,8 @@ def main():
     parser.add_argument("--bucket_internal", action="store_true")
     parser.add_argument("--bucket_size", type=int, default=-1)
     parser.add_argument("--reuse_cache", action="store_true")
+    parser.add_argument("--dataset_path", action="store_true",
+                        help="generate() without assistant_model, as upstream's --dataset_name path calls it")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
 
@@ -101,9 +103,12 @@ def main():
             if torch.is_tensor(input_tokens[t]):
                 input_tokens[t] = input_tokens[t].to(device)
         iteration_times = []
-        outputs = model.generate(**input_tokens, generation_config=generation_config, assistant_model=assistant_model,
-                                 lazy_mode=True, hpu_graphs=args.use_hpu_graphs, ignore_eos=False,
-                                 iteration_times=iteration_times, profiler=profiler).cpu()
+        # upstream's --dataset_name path (generate_dataset) passes no assistant_model nor iteration_times
+        extra = {} if args.dataset_path else dict(assistant_model=assistant_model, iteration_times=iteration_times)
+        outputs = model.generate(**input_tokens, generation_config=generation_config, lazy_mode=True,
+                                 hpu_graphs=args.use_hpu_graphs, ignore_eos=False, profiler=profiler, **extra).cpu()
+        if args.dataset_path:
+            return outputs, input_tokens, 1.0, 0
         first_token_time = iteration_times[0]
         rest = sum(iteration_times[1:]) / (len(iteration_times) - 1) if len(iteration_times) > 1 else 0
         return outputs, input_tokens, first_token_time, rest
@@ -115,6 +120,7 @@ def main():
     import optimum_uag
 
     metrics = optimum_uag.patch.last_metrics()
+    optimum_uag.disable()  # the reference is optimum-habana's own generate(), whatever the launcher routes
     reference_config = copy.deepcopy(generation_config)
     reference_config.static_shapes = is_optimized
     reference_inputs = {k: v for k, v in input_tokens.items() if k != "token_type_ids"}  # (the tiny tokenizer's)

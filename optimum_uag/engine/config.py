@@ -279,7 +279,10 @@ def validate_inputs(model, assistant_model, input_ids, attention_mask, cfg: Assi
     if (attention_mask[:, 1:] < attention_mask[:, :-1]).any():
         raise ValueError("prompts must be left-padded for generation; set tokenizer.padding_side = 'left'")
     limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and limit > 0 and input_ids.shape[1] + cfg.max_new_tokens > limit:
+    # optimum-habana's RoPE classes extend their tables to the request (update_sincos_cache, as its generate() does
+    # past the 8192 its multi-card loader caps Llama's max_position_embeddings to): no limit there
+    extends = hasattr(model, "update_sincos_cache")
+    if limit is not None and limit > 0 and not extends and input_ids.shape[1] + cfg.max_new_tokens > limit:
         raise ValueError(
             f"prompt length {input_ids.shape[1]} + max_new_tokens {cfg.max_new_tokens} exceeds the model's "
             f"max_position_embeddings={limit}; shorten the prompt or lower max_new_tokens"
