@@ -107,3 +107,30 @@ def test_bad_quant_configs(tmp_path):
         quant_kind({"method": "HOOKS", "mode": "CALIBRATE"})
     with pytest.raises(ValueError, match="unknown RTN keys"):
         quantize_model(torch.nn.Linear(2, 2), _write(tmp_path, "rtn.json", {"method": "RTN", "bitz": 4}))
+
+
+def test_the_cli_quantizes_on_the_cpu_before_moving_to_an_accelerator(tmp_path, monkeypatch):
+    """Issue 29, finding 11: with QUANT_CONFIG on an accelerator, the target (and a draft given
+    --assistant_quant_config) is quantized while on the CPU and moved afterwards, as optimum-habana's setup_model does
+    (setup_quantization before .to(device)): a model that only fits in FP8 loads at all. The accelerator here is
+    PyTorch's meta device; quantize_model records where each model was when it was quantized."""
+    from optimum_uag.cli import generate, loading
+
+    seen = []
+    monkeypatch.setattr(loading, "resolve_device", lambda name, emulate=False: (torch.device("meta"), None))
+    monkeypatch.setattr(generate, "resolve_device", lambda name, emulate=False: (torch.device("meta"), None))
+    monkeypatch.setattr(generate, "maybe_quantize",
+                        lambda model, path, flag: seen.append((flag, model.device.type if path else None)) or model)
+    config = tmp_path / "rtn.json"
+    config.write_text('{"method": "RTN", "bits": 8, "group_size": -1, "use_sym": true}')
+    monkeypatch.setenv("QUANT_CONFIG", str(config))
+    from optimum_uag import embedded_models
+
+    paths = embedded_models()
+    args, _ = generate.parse(["--model_name_or_path", str(paths["target"]), "--assistant_model",
+                              str(paths["assistant_same_tokenizer"]), "--assistant_quant_config", str(config)])
+    args.assistant_model_given = True
+    setup = generate.load_models(args, [])
+    assert seen and all(device == "cpu" for _, device in seen), seen
+    assert setup.model.device.type == "meta"
+    assert all(next(d.parameters()).device.type == "meta" for d, _, _ in setup.drafts.values())

@@ -77,7 +77,10 @@ def load_models(args, notes: list) -> Setup:
         distributed.init(setup.device)
     elif args.shard_assistant:
         fail("--shard_assistant needs a multi-card launch (deepspeed --num_gpus N ...)")
-    load_device = torch.device("cpu") if ws > 1 else setup.device
+    # multi-card: sharded from the CPU; quantized on an accelerator: quantized on the CPU, then moved (as upstream's
+    # setup_model: setup_quantization before .to(device), which lets a model that only fits in FP8 load at all)
+    quantized_on_cpu = ws == 1 and setup.device.type != "cpu" and bool(quant_config or args.assistant_quant_config)
+    load_device = torch.device("cpu") if ws > 1 or quantized_on_cpu else setup.device
     if args.load_quantized_model_with_inc:
         setup.model, setup.tokenizer, setup.target_path = load_inc_quantized(args.model_name_or_path, setup.device, args)
     else:
@@ -101,6 +104,9 @@ def load_models(args, notes: list) -> Setup:
         if hasattr(draft, "generation_config"):  # a model, not a feature head
             setup.drafts[name] = (maybe_quantize(draft, args.assistant_quant_config, "--assistant_quant_config"),
                                   tok, path)
+    if quantized_on_cpu:
+        setup.model = setup.model.to(setup.device)
+        setup.drafts = {name: (draft.to(setup.device), tok, path) for name, (draft, tok, path) in setup.drafts.items()}
     return setup
 
 
