@@ -737,6 +737,35 @@ def test_pooled_caches_are_freed_on_request_and_with_the_model(plain, emu, gaudi
     assert not any(r() is not None for r in refs)
 
 
+def test_the_feature_head_keeps_its_shapes_across_prompt_lengths_and_lengths_of_generation(plain, emu, gaudi_models):
+    """Issue 29, finding 12: the head's cache was sized from prompt + max_new_tokens and its first catch-up was as
+    wide as the prompt: outside HPU graphs each new prompt length compiled new lazy-mode graphs. Both are bucketed
+    now: two prompt lengths in one bucket and two max_new_tokens give the head the same shapes (and still the target's
+    tokens)."""
+    from optimum_uag.engine.drafters import feature
+
+    target, head = gaudi_models["target"], plain["feature_head"]
+    widths = []
+    original = feature.FeatureDrafter.__init__
+
+    def recording(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        widths.append(self.columns)
+
+    shapes = []
+    for ids, mask, greedy, max_new in (("ids4", "mask4", "greedy4", 24), ("ids4p", "mask4p", "greedy4p", 20)):
+        assert -(-plain[ids].shape[1] // 16) == -(-plain["ids4"].shape[1] // 16)  # one prompt bucket
+        feature.FeatureDrafter.__init__ = recording
+        try:
+            out = assisted_generate(target, head, plain[ids], plain[mask], max_new_tokens=max_new, do_sample=False,
+                                    num_assistant_tokens=3, **GAUDI)
+        finally:
+            feature.FeatureDrafter.__init__ = original
+        assert torch.equal(out.sequences, plain[greedy][:, : out.sequences.shape[1]])
+        shapes.append(set(out.metrics.draft_shapes))
+    assert shapes[0] == shapes[1] and widths[0] == widths[1], (shapes, widths)
+
+
 def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_models):
     """A graph captured in one call writes the target's features into the buffer that existed at capture: the
     buffers are pooled with the cache, so a second call (graphs replayed, none captured) reads real features."""

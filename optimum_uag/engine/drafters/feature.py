@@ -15,6 +15,7 @@ import contextlib
 
 import torch
 
+from ...runners.common import PROMPT_BUCKET
 from ...runners.packed import packed_weights
 from ..state import DecodingState, Proposal
 from ..tree import Tree, TreeShape, ancestor_matrix
@@ -47,6 +48,11 @@ def check_head_matches(head: FeatureHead, model) -> None:
                          "--model_name_or_path <target> makes one)")
 
 
+def _bucket(n: int, wide: bool = False) -> int:
+    """n rounded up to a multiple of PROMPT_BUCKET, or with `wide` to a power of two (at least 128)."""
+    return max(128, 1 << (n - 1).bit_length()) if wide else -(-n // PROMPT_BUCKET) * PROMPT_BUCKET
+
+
 class FeatureDrafter(Drafter):
     """Drafts with a FeatureHead over the target's own features (see the module doc)."""
 
@@ -62,7 +68,9 @@ class FeatureDrafter(Drafter):
         self.draft_ids = head.draft_ids()
         batch = state.batch_size
         self.width = width  # fixed catch-up width: at most k + 1 new true pairs per round
-        columns = capacity + max(width, state.prompt_len) + 1
+        # static shapes (HPU graphs / lazy-mode graphs, compile): the cache width and every catch-up wider than the
+        # fixed one are rounded up (_bucket), so neither the prompt length nor max_new_tokens makes a new shape
+        columns = _bucket(capacity + _bucket(max(width, state.prompt_len)) + PROMPT_BUCKET + 1, wide=True)
         self.tree = tree
         self.scratch = columns  # a tree's nodes keep their keys / values past the slots (depth x top_k of them)
         if tree is not None:
@@ -113,6 +121,7 @@ class FeatureDrafter(Drafter):
         """Write the pairs of true features not yet in the head's cache; leave the output at the last one. One block
         of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap."""
         width = (state.prompt_len if self.first else self.width) + self.unread  # no host sync
+        width = width if width == self.width else _bucket(width)  # the prompt's, or after rounds without a draft
         self.first, self.unread = False, 0
         slots = self.synced[:, None] + torch.arange(width, device=self.synced.device)
         slots = slots.clamp_max(self.columns - 1)
