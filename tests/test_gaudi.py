@@ -284,6 +284,54 @@ def test_runner_rollback_and_compaction_match_full_recompute(emu, arch):
     assert runner.compactions >= 2
 
 
+def test_at_batch_one_a_slot_is_its_column_and_nothing_is_compacted(emu):
+    """Issue 29, finding 9: rolled-back columns are reused (the next block goes right after the last column a row
+    still holds), so at batch 1 a cache as wide as the capacity + the verify block never compacts, over a
+    generation of many rounds with random acceptance; every logit equals a no-cache forward."""
+    from optimum_uag.gaudi import GaudiModelRunner
+
+    model = tiny_llama(50, 3, layers=2, hidden=32)
+    model = _gaudi_copy(model.config, model.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    max_len = 70
+    # the prompt's bucket padding (8 columns here) shifts every slot's column by as much: the margin covers it
+    runner = GaudiModelRunner(model, 1, max_len, torch.tensor([0]), lazy_mode=True, columns=max_len + 8)
+    stream, start, width = [], 0, 8  # the prompt, then verify blocks of 5 (the last token + 4 drafts)
+    while start + 5 <= max_len:
+        tokens = torch.randint(1, 50, (1, width), generator=gen)
+        logits = runner.forward(tokens, torch.tensor([start]))
+        stream = stream[:start] + tokens[0].tolist()
+        with torch.no_grad():
+            expected = model(torch.tensor([stream]), use_cache=False).logits[0, start:]
+        torch.testing.assert_close(logits[0], expected.float(), atol=1e-4, rtol=1e-4)
+        accepted = width if width > 5 else int(torch.randint(0, 5, (1,), generator=gen)) + 1
+        start, width = start + accepted, 5
+    assert runner.compactions == 0 and runner.calls > 15
+
+
+def test_the_kv_cache_is_upstreams_plus_the_verify_columns(plain, emu, gaudi_models):
+    """Issue 29, finding 9 / item 3: the target's KV cache against optimum-habana's own target-only generate() for
+    the same request (reuse_cache, static shapes): the same bytes per column, and no more columns than upstream's
+    plus the verify block (K + 2) and the MARGIN (rounded to it). It was a power of two >= 1.5 x the capacity."""
+    from optimum_uag.gaudi.runner import MARGIN, _kv_caches, _live, own_cache_bytes
+
+    target = gaudi_models["target"]
+    config = target.generation_config
+    config.static_shapes, config.reuse_cache, config.bucket_size = True, True, -1
+    _habanas_own_greedy(target, plain["ids4"], plain["mask4"], config)
+    theirs = own_cache_bytes(target)
+    their_columns = _live(_kv_caches(target)[0][0]).cache.shape[2]
+    assert theirs > 0 and their_columns == plain["ids4"].shape[1] + 24
+    out = assisted_generate(target, gaudi_models["assistant_same_tokenizer"], plain["ids4"], plain["mask4"],
+                            max_new_tokens=24, do_sample=False, num_assistant_tokens=3, draft_policy="fixed", **GAUDI)
+    assert torch.equal(out.sequences, plain["greedy4"])
+    ours = out.metrics.target_cache_bytes
+    per_column = theirs // their_columns
+    assert ours % per_column == 0
+    assert their_columns < ours // per_column <= their_columns + (3 + 2) + 2 * MARGIN - 1, (ours, theirs)
+    assert own_cache_bytes(target) == theirs  # upstream's own tensors are back in its KVCache modules
+
+
 def test_assisted_equals_optimum_habanas_own_static_generate(plain, emu, gaudi_models):
     """The target-only reference here is optimum-habana's own GaudiGenerationMixin greedy loop (static shapes,
     reuse_cache, HPU graphs), not ours."""
@@ -619,7 +667,8 @@ def test_a_prompt_longer_than_the_free_room_stays_inside_the_rope_table(emu):
     with torch.no_grad():
         expected = model(tokens, use_cache=False).logits
     torch.testing.assert_close(logits, expected.float(), atol=1e-4, rtol=1e-4)
-    assert {length for _, length in runner.shapes} == {16}  # chunks of a power of two <= the room
+    # chunks of a power of two <= (columns - first slot) / 2: 32 at slot 0, 16 at slot 32
+    assert {length for _, length in runner.shapes} == {32, 16}
 
 
 def test_the_rope_table_covers_the_cache_width_before_any_graph(emu, monkeypatch):

@@ -77,6 +77,11 @@ def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
     if rows[main].metrics is not None:
         m = rows[main].metrics
         report["graph_captures"] = {"target": len(m.target_shapes), "assistant": len(m.draft_shapes)}
+        if m.target_cache_bytes:  # (Gaudi) the KV caches of our runners, and of optimum-habana's own target-only run
+            from ..gaudi.runner import own_cache_bytes
+
+            report["kv_cache_bytes"] = {"target": m.target_cache_bytes, "assistant": m.draft_cache_bytes or None,
+                                        "target_only": own_cache_bytes(setup.model) or None}
         report["acceptance_per_iteration"] = [round(a / d, 6) if d else 0.0 for a, d in
                                               (rows[main].per_iteration[i] for i in sorted(rows[main].per_iteration))]
         if greedy:

@@ -266,6 +266,8 @@ class _Call:
         metrics.draft_shapes = list(stats.shapes)
         metrics.target_forwards = verifier.runner.calls
         metrics.draft_forwards = stats.forwards
+        metrics.target_cache_bytes = getattr(verifier.runner, "cache_bytes", 0)
+        metrics.draft_cache_bytes = getattr(getattr(drafter, "runner", None), "cache_bytes", 0)
         if self.cfg.tree is not None:
             shape = self.cfg.tree
             metrics.tree_shapes = [(shape.depth, shape.top_k, shape.nodes)]

@@ -26,6 +26,8 @@ class Metrics:
     adaptive_rounds: int = 0  # rounds whose draft length the adaptive policy chose (engine/policy.py)
     rounds_without_draft: int = 0  # of those, rounds it verified no draft (the target's own decoding step)
     row_rounds_without_draft: int = 0  # the same, counted per active row
+    target_cache_bytes: int = 0  # the KV cache the target's runner wrote (where the runner reports it: Gaudi)
+    draft_cache_bytes: int = 0  # the same for a draft model's runner
 
     @property
     def acceptance_rate(self) -> float:
@@ -68,6 +70,8 @@ class Metrics:
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
             if isinstance(mine, list):
                 setattr(self, f.name, sorted(set(map(tuple, mine)) | set(map(tuple, theirs))))
+            elif f.name.endswith("_cache_bytes"):  # sizes, not counts
+                setattr(self, f.name, max(mine, theirs))
             else:
                 setattr(self, f.name, mine + theirs)
         return self

@@ -121,6 +121,13 @@ def _live(cache: torch.nn.Module) -> torch.nn.Module:
     return getattr(cache, "orig_mod", cache)
 
 
+def own_cache_bytes(model) -> int:
+    """Bytes of the KV cache optimum-habana's own generate() allocated in the model's KVCache modules (reuse_cache),
+    0 when it allocated none: what a target-only run of upstream holds, for comparison."""
+    return sum(_live(c).cache.numel() * _live(c).cache.element_size() for pair in _kv_caches(model) for c in pair
+               if getattr(_live(c), "cache", None) is not None)
+
+
 def _pool(model) -> dict:
     """Cache tensors this model's runners allocated, per (mechanism, batch, columns, dtype), kept across calls:
     an HPU graph captured in one call reads the tensors that existed at capture, so a later call of the same
@@ -160,33 +167,60 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def _width(needed: int, bucket_size: int = 0) -> int:
-    """Cache width for `needed` columns: a multiple of upstream's bucket_size when one is set, else a power of two
-    (at least 128): either way a bounded set of shapes, hence of graphs."""
-    if bucket_size and bucket_size > 0:
-        return -(-needed // bucket_size) * bucket_size
-    return max(128, 1 << (needed - 1).bit_length())
+MARGIN = 32  # columns beyond the logical capacity: the prompt's bucket padding, a verify block's RoPE rows, slack
+
+
+def _width(max_len: int, bucket_size: int = 0, tight: bool = True) -> int:
+    """Cache width for a logical capacity of `max_len` columns. The target's (tight): + MARGIN, a multiple of
+    upstream's bucket_size when one is set, else of MARGIN (a bounded set of shapes, hence of graphs, within
+    2 x MARGIN - 1 columns of what upstream allocates beside the verify block). A draft's: a power of two >= 1.5 x
+    (a small model; a UAG draft's capacity varies per call and per window, its graphs should not)."""
+    if not tight:
+        return max(128, 1 << (max_len + max(64, max_len // 2) - 1).bit_length())
+    step = bucket_size if bucket_size and bucket_size > 0 else MARGIN
+    return -(-(max_len + MARGIN) // step) * step
+
+
+POOLED = 4  # pooled caches kept per model (the least recently used one goes, with its graphs, past that)
 
 
 def _pooled_width(model, mechanism, batch_size, dtype, needed: int) -> int:
-    """The narrowest pooled cache of this model for (mechanism, batch, dtype) with at least `needed` columns,
-    else `needed`."""
+    """The narrowest pooled cache of this model for (mechanism, batch, dtype) with `needed` to 2 x `needed`
+    columns, else `needed`."""
     widths = [key[2] for key in _pool(model) if key[:2] == (mechanism, batch_size) and key[3] == dtype
-              and key[2] >= needed]
+              and needed <= key[2] < 2 * needed]
     return min(widths, default=needed)
+
+
+def _evict(model, limit: int) -> None:
+    """Past `limit` pooled caches, drop the least recently used ones with their HPU graphs and feature buffers: a
+    long-lived process serving mixed shapes does not grow without bound."""
+    state = model_state(model)
+    pool = _pool(model)
+    while len(pool) > limit:
+        old = next(iter(pool))  # dicts keep insertion order; _allocate re-inserts a cache on use
+        del pool[old]
+        step = state.get("graph_steps", {}).pop(old, None)
+        if step is not None and hasattr(step, "clear_cache"):
+            step.clear_cache()
+        state.get("feature_buffers", {}).pop(old, None)
 
 
 class GaudiModelRunner:
     """Runs a Gaudi model over a static KV cache of fixed shape; rows share one write column (token_idx).
 
     Same interface as the runners of `optimum_uag.runners`: `forward(tokens, start, logits_to_keep)` writes
-    `tokens` at logical slots start..start+L-1 of each row. Physically, every call appends its block at the
+    `tokens` at logical slots start..start+L-1 of each row. Physically, every call writes its block at the
     shared column `token_idx` (one index_copy_ for the whole batch, as optimum-habana does), and a per-row
     map `slot_of` records which logical slot each column holds. Rollback is free: a later call with a smaller
-    `start` simply hides the columns holding slots >= start (they are masked, never moved). Rows accept
-    different numbers of tokens per round, so columns run out faster than slots; when the write column would
-    pass the end, one fixed-shape gather per layer moves each row's live entries to the front (compaction).
-    The physical cache has at least 1.5x the logical capacity (a power of two), so compactions are rare.
+    `start` hides the columns holding slots >= start, and the block is written right after the last column
+    any row still holds (found on the device: no host sync), so rejected drafts' columns are reused; at batch 1
+    the column of a slot is the slot itself. Rows accept different numbers of tokens per round, so at batch > 1
+    holes build up; when a block would pass the end, the host reads where the live columns end (one sync) and,
+    if still short, one fixed-shape gather per layer moves each row's live entries to the front (compaction).
+    The target's cache is as wide as the logical capacity (prompt + max_new_tokens + the verify block) plus
+    MARGIN columns, rounded to MARGIN (or upstream's bucket_size): optimum-habana's own size plus the verify
+    columns (see _width; a draft's is wider, for fewer graphs).
 
     Mechanisms:
     - "reuse_cache": models with `allocate_kv_cache` (Llama, Mistral, Qwen2, ...): the model's own KVCache
@@ -200,7 +234,7 @@ class GaudiModelRunner:
                  hpu_graphs: bool = False, columns: int | None = None, use_flash_attention: bool = False,
                  flash_attention_recompute: bool = False, attn_softmax_bf16: bool = False,
                  flash_attention_fast_softmax: bool = False, bucket_size: int = 0, limit_hpu_graphs: bool = False,
-                 clear_hpu_graphs_cache: bool = False):
+                 clear_hpu_graphs_cache: bool = False, tight: bool = True):
         self.mechanism = cache_mechanism(model)
         if self.mechanism is None:
             raise ValueError(f"{type(model).__name__} has no token_idx cache; use optimum_uag.runners.make_runner")
@@ -225,11 +259,10 @@ class GaudiModelRunner:
         self.device = model.device
         self.batch_size = batch_size
         self.max_len = max_len
-        # room for compaction (at least half the logical capacity, 64 columns or more), rounded up to a power of
-        # two; a pooled cache at least this wide is reused (see _allocate): the cache shapes, hence the graphs,
-        # depend on neither the exact prompt length nor max_new_tokens
+        # the logical capacity + MARGIN, rounded; a pooled cache at least this wide (and not twice as wide) is
+        # reused (see _allocate): nearby prompt lengths and max_new_tokens share the cache shapes, hence the graphs
         self.columns = columns or _pooled_width(model, cache_mechanism(model), batch_size, model.dtype,
-                                                _width(max_len + max(64, max_len // 2), bucket_size))
+                                                _width(max_len, bucket_size, tight))
         if self.columns <= max_len:
             raise ValueError(f"columns ({self.columns}) must exceed max_len ({max_len}): compaction needs free columns")
         self.pad = pad_lengths.to(self.device)
@@ -251,10 +284,11 @@ class GaudiModelRunner:
         self.cache_position = accepts(model, "cache_position") and not llama  # cache_position)
         self.sizes = torch.Size if llama else _Sizes
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
-        self.write = 0  # host-side: next free column (never read back from the device)
-        # ... and its device twin, the base of every block's columns: a Python int added to a tensor would be a
-        # constant of the lazy graph, one graph per offset (optimum-habana advances token_idx with add_ too)
-        self.write_t = torch.zeros((), dtype=torch.long, device=self.device)
+        # host-side: an upper bound of the first free column (the true one, on the device, follows the rollbacks;
+        # read back only when a block would not fit under the bound)
+        self.write = 0
+        self.column_index = torch.arange(self.columns, device=self.device)
+        self.syncs = 0  # host reads of the live end (a block that did not fit under the bound)
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.compactions = 0
@@ -298,6 +332,10 @@ class GaudiModelRunner:
         whenever its shape changes; the tensors found there are put back by close(), so that its graphs and ours
         each keep reading the tensors they were captured with."""
         pool, key = _pool(self.model), (self.mechanism, self.batch_size, self.columns, self.dtype)
+        if key in pool:
+            pool[key] = pool.pop(key)  # most recently used last
+        else:
+            _evict(self.model, POOLED - 1)  # before allocating: the peak stays at POOLED caches
         if self.mechanism == "reuse_cache":
             self.caches = _kv_caches(self.model)
             modules = [_live(c) for pair in self.caches for c in pair]
@@ -364,10 +402,21 @@ class GaudiModelRunner:
                 setattr(holder, attr, saved)
         self._overridden = []
 
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the KV cache this runner writes (keys and values of every layer)."""
+        return sum(t.numel() * t.element_size() for t in self._tensors())
+
     def _tensors(self) -> list[torch.Tensor]:
         if self.mechanism == "reuse_cache":
             return [_live(c).cache for pair in self.caches for c in pair]
         return [t for pair in self.past for t in pair]
+
+    def _live_end(self) -> torch.Tensor:
+        """(device, 0-d) one past the last column any row still holds: where the next block goes. The columns
+        after it hold only rolled-back or padding entries. A Python int would be a constant of the lazy graph (one
+        graph per offset): a tensor, as optimum-habana's token_idx."""
+        return torch.where(self.slot_of >= 0, self.column_index, -1).amax() + 1
 
     def _compact(self) -> None:
         """Move each row's live entries (slots >= 0) to the front, in slot order: one gather per cache tensor."""
@@ -378,8 +427,7 @@ class GaudiModelRunner:
             bits = _bits(tensor)
             index = order[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[-1])
             bits.copy_(bits.gather(2, index))
-        self.write = self.max_len  # live slots are < max_len, so columns max_len.. are free
-        self.write_t.fill_(self.max_len)
+        self.write = int(self._live_end())  # one host sync (compactions are rare)
         self.compactions += 1
 
     @property
@@ -436,7 +484,7 @@ class GaudiModelRunner:
     def _forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False,
                  tree=None):
         batch, length = tokens.shape
-        extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 else 0
+        extra = -length % PROMPT_BUCKET if self.write == 0 and length > 1 and self._depth == 1 else 0
         if extra:
             # the prompt block, left-extended to a multiple of PROMPT_BUCKET: one prefill graph per bucket, not
             # per prompt length. The extra columns hold negative slots: never visible, dropped by compaction.
@@ -445,26 +493,37 @@ class GaudiModelRunner:
             logits = out[0] if hidden else out
             logits = logits if logits_to_keep else logits[:, extra:]
             return (logits, out[1][:, extra:]) if hidden else logits
-        room = self.columns - self.max_len
-        if self.mechanism == "reuse_cache" and length > room >= PROMPT_BUCKET:
+        if self.mechanism == "reuse_cache" and length > self.columns - self.max_len:
             # upstream's attention takes the past length we report (columns - length) as kv_seq_len, the size of
             # its RoPE table (modeling_llama: kv_seq_len = past_key_value[0][-2]; cos[:seq_len][position_ids]):
-            # a block longer than the free room would read past the table (on an HPU, FusedRoPE does not check).
-            # Long prompts run in chunks of a power of two <= room (a bounded set of shapes).
-            return self._chunked(tokens, start, logits_to_keep, hidden, 1 << (room.bit_length() - 1))
+            # every position of the block must be below it, or it reads past the table (on an HPU, FusedRoPE does
+            # not check). A block within the capacity's last columns - max_len slots always is (a verify block);
+            # a longer one (the prompt) runs in chunks of a power of two <= (columns - its first slot) / 2, the
+            # first slot bounded by the host's write bound (a bounded set of shapes; one chunk when
+            # max_new_tokens >= the prompt)
+            first = min(self.write, self.max_len - length)
+            step = 1 << (max(1, (self.columns - first) // 2).bit_length() - 1)
+            if length > step:
+                if tree is not None:
+                    raise _OwnError(f"a draft tree of {length - 1} nodes is wider than the Gaudi runner's margin "
+                                    f"of {self.columns - self.max_len} columns; lower tree_nodes")
+                return self._chunked(tokens, start, logits_to_keep, hidden, step)
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             return self._chunked(tokens, start, logits_to_keep, hidden, 1)
+        self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
         if self.write + length > self.columns:
-            self._compact()
+            self.write = int(self._live_end())  # the bound was loose (rolled-back columns are free): one sync
+            self.syncs += 1
             if self.write + length > self.columns:
-                raise _OwnError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
+                self._compact()
+                if self.write + length > self.columns:
+                    raise _OwnError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
         slots = start[:, None] + (offsets if tree is None else tree.block_depths)  # (B, L) logical slots
-        columns = self.write_t + offsets  # shared physical columns of the block
-        self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
+        columns = self._live_end() + offsets  # shared physical columns of the block
         visible = None if tree is None else self._tree_visible(tree, start, slots, columns)
         # index_copy_ with a device index, as optimum-habana writes its caches: a Python-int slice would make
         # one lazy-mode graph per write offset
@@ -484,7 +543,6 @@ class GaudiModelRunner:
         if logits_to_keep and logits.shape[1] > logits_to_keep:
             logits = logits[:, -logits_to_keep:]
         self.write += length
-        self.write_t.add_(length)
         if self.lazy_mode:
             hpu.mark_step()
         # an HPU graph replay returns the capture's own output tensors, refilled on the next replay, and the
@@ -646,7 +704,7 @@ def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: 
                             attn_softmax_bf16=options.attn_softmax_bf16,
                             flash_attention_fast_softmax=options.flash_attention_fast_softmax,
                             bucket_size=options.bucket_size, limit_hpu_graphs=options.limit_hpu_graphs,
-                            clear_hpu_graphs_cache=options.clear_hpu_graphs_cache)
+                            clear_hpu_graphs_cache=options.clear_hpu_graphs_cache, tight=role == "target")
 
 
 def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None:
