@@ -62,6 +62,21 @@ def test_a_draft_that_costs_more_than_it_earns_is_switched_off_with_rare_probes(
     assert gaps[-1] == PROBE_GAPS[-1] and gaps == sorted(gaps)
 
 
+def test_a_draft_that_could_not_pay_even_if_always_right_stops_after_one_timed_round():
+    """Issue 31 (a draft as costly as the target, 0.94x): when the measured cost alone rules drafting out (each
+    drafted token costs 1.2 target rounds: K + 1 tokens in more than K + 1 rounds, whatever is accepted), the policy
+    stops after the warm-up and the first timed drafting round, not after MIN_ROUNDS, and probes every 32 rounds."""
+    import random
+
+    policy = AdaptivePolicy(start_k=3)
+    ks = _simulate(policy, 120, 1.0, lambda k: 1.0 + 1.2 * k, lambda r: 0.9, random.Random(3))
+    drafting = [i for i, k in enumerate(ks) if k > 0]
+    assert drafting[:2] == [2, 3] and 4 not in drafting  # (two plain rounds: t0) warm-up, one timed, then none
+    starts = [i for i in drafting[2:] if ks[i - 1] == 0]
+    assert [b - a - 2 for a, b in itertools.pairwise(starts)] == [PROBE_GAPS[-1]] * (len(starts) - 1)
+    assert len(drafting) <= 2 + 2 * 4
+
+
 def test_drafting_resumes_when_it_starts_to_pay():
     """A passage the draft knows (acceptance 0.05 -> 0.95 at round 60): drafting comes back at the next probe."""
     import random

@@ -14,7 +14,8 @@ measures both during the call, as dynamic speculation lookahead (Mamou et al. 20
 K = 0 (no draft) is one of the choices. A draft whose token costs more than a target token (by the weights each
 multiplies with) can never gain, E(K) <= K + 1 tokens for more than 1 + K target steps: it is not run at all, the
 prefill included: the call runs the target's own generate(). Otherwise the first MIN_ROUNDS timed drafting rounds
-always draft (one round's acceptance is noise); then a draft whose expected rate falls below 0.97 of the rate without
+always draft (one round's acceptance is noise), unless the measured cost alone rules drafting out (even with every
+token accepted it would lose: then probes come only every 32 rounds); then a draft whose expected rate falls below 0.97 of the rate without
 one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds without one (with the K the
 estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a passage the draft knows
 bring it back (drafting resumes once its expected rate exceeds the rate without it). While drafting, a round without a draft every 32
@@ -114,6 +115,10 @@ class AdaptivePolicy:
                 best, rate = k, r
         return best, rate
 
+    def ceiling(self) -> float:
+        """The rate a chain would reach with every drafted token accepted, relative to no draft (cost alone)."""
+        return max((k + 1) * self.t0 / (self.t0 + self.s * k) for k in range(1, self.max_k + 1))
+
     # --------------------------------------------------------------------------------------------- choice
     def next(self) -> int:
         """K for the coming round (after the prefill round, which the drafter runs as always)."""
@@ -132,7 +137,11 @@ class AdaptivePolicy:
             if self.s is None:
                 return self.start_k
             k, rate = self.best_k()
-        if self.seen[1] <= MIN_ROUNDS:  # a few timed drafting rounds before any verdict (one round is noise)
+        if not self.tree and self.ceiling() < OFF_BELOW:
+            # the measured cost alone rules drafting out: with every token accepted it would still lose, so no
+            # more warm-up rounds (their acceptance cannot change that), and probes only at the longest gap
+            self.gap = max(self.gap, len(PROBE_GAPS) - 1)
+        elif self.seen[1] <= MIN_ROUNDS:  # a few timed drafting rounds before any verdict (one round is noise)
             return k
         if self.probing > 0:  # a probe is PROBE_ROUNDS drafting rounds in a row
             self.probing -= 1
