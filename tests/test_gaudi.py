@@ -936,7 +936,7 @@ def test_routing_holds_when_upstream_adapts_again_and_for_direct_mixin_classes(p
 def test_limit_and_clear_hpu_graphs_and_bucket_size_are_honoured(plain, emu, gaudi_models):
     """Finding 7: upstream's limit_hpu_graphs runs the prompt's forward outside graphs (_get_hpu_graphs_kwargs:
     bypass_hpu_graphs for the first token), clear_hpu_graphs_cache drops the graphs at the end of the call, and
-    bucket_size sets the cache width's multiple (else a power of two)."""
+    bucket_size sets the cache width's multiple (else of the runner's 32-column margin)."""
     from optimum_uag.engine import loop
     from optimum_uag.gaudi.runner import GaudiModelRunner
 
@@ -969,7 +969,7 @@ def test_limit_and_clear_hpu_graphs_and_bucket_size_are_honoured(plain, emu, gau
 
     runner = GaudiModelRunner(_fresh(gaudi_models["target"]), 2, 100, torch.zeros(2, dtype=torch.long),
                               bucket_size=48)
-    assert runner.columns == 192  # 100 + 64 -> three buckets of 48 (a power of two would be 256)
+    assert runner.columns == 144  # 100 + the 32-column margin -> three buckets of 48 (else 160: multiples of 32)
     with pytest.raises(ValueError, match="bucket_size must be an int"):
         assisted_generate(target, draft, plain["ids1"], plain["mask1"], max_new_tokens=4, bucket_size="16", **GAUDI)
     assert loop is not None

@@ -75,7 +75,7 @@ def enable() -> None:
     it holds if adapt_transformers_to_gaudi() runs again later (optimum-habana's run_generation.py calls it)."""
     from .. import patch
     from ..runners import register_plan_hook
-    from .runner import gaudi_plan
+    from .steps import gaudi_plan
 
     adapt()  # (first: without Gaudi software it raises the ImportError that names the fix)
     from optimum.habana.transformers.generation import GaudiGenerationMixin

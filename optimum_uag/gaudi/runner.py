@@ -1,209 +1,22 @@
 """Static-shape model runner for optimum-habana's Gaudi models: preallocated KV cache addressed by token_idx."""
 from __future__ import annotations
 
-import functools
-import time
 import weakref
 
 import torch
 
 from ..registry import model_state
-from ..runners import RunnerPlan, local_config
+from ..runners import local_config
 from ..runners.common import PROMPT_BUCKET, accepts
-from ..runners.registry import make_runner as default_runner
 from . import device as hpu
-
-
-
-
-def cache_mechanism(model) -> str | None:
-    """How a model can keep a static KV cache on Gaudi: "reuse_cache", "token_idx", or None (plain model)."""
-    if hasattr(model, "allocate_kv_cache") and accepts(model, "reuse_cache"):
-        return "reuse_cache"
-    if accepts(model, "token_idx"):
-        return "token_idx"
-    return None
-
-
-# optimum-habana 1.21.2 classes with a reuse_cache KV cache whose forward cannot take a block of L > 1 tokens at
-# arbitrary columns (a verify, a catch-up): refused by name, with the place in upstream's code that stops it
-REFUSED = {
-    "GaudiMistralForCausalLM": "its model forward takes the past length as 0 for the mask (modeling_mistral.py: "
-                               "past_key_values_length = 0 with reuse_cache), so a block over a filled cache is refused "
-                               "by its own 4D-mask check",
-    "GaudiFalconForCausalLM": "its model forward takes the past length as 0 whenever token_idx is given "
-                              "(modeling_falcon.py), so a block over a filled cache is refused by its own 4D-mask check",
-    "GaudiGPTJForCausalLM": "its model forward flattens the attention mask to one row per sequence and adds a causal "
-                            "bias that assumes the block fills the cache's last columns (modeling_gptj.py)",
-    "GaudiGemma2ForCausalLM": "its allocate_kv_cache reads GaudiGemma2Attention.num_key_value_heads, which the "
-                              "installed transformers no longer sets (optimum-habana's own reuse_cache generate() fails "
-                              "the same way)",
-    "GaudiStarcoder2ForCausalLM": "its allocate_kv_cache reads GaudiStarcoder2Attention.num_key_value_heads, which the "
-                                  "installed transformers no longer sets (optimum-habana's own reuse_cache generate() "
-                                  "fails the same way)",
-    "GaudiDeepseekV2ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
-                                  "dimension the runner's column map addresses",
-    "GaudiDeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
-                                  "dimension the runner's column map addresses",
-}
-# classes whose own forward (optimum-habana 1.21.2) differs from transformers' model of the same weights: assisted
-# generation reproduces the Gaudi class (what its own generate() gives), said once per call
-UPSTREAM_DIFFERS = {
-    "GaudiGemmaForCausalLM": "GaudiGemmaDecoderLayer.post_attn_pre_mlp normalizes the attention output before the "
-                             "residual add and feeds the MLP the un-normalized sum (transformers: add, then "
-                             "post_attention_layernorm, then the MLP)",
-}
-# classes whose model forward passes a 4D mask to the attention as it is: it must be additive (0 = attend)
-ADDITIVE_MASK = {"GaudiGemmaForCausalLM"}
-
-
-def refusal(model, max_len: int) -> str | None:
-    """Why optimum-uag's Gaudi runner cannot run this optimum-habana class for sequences of `max_len` tokens (one
-    line naming it), or None."""
-    name = type(model).__name__
-    if name in REFUSED:
-        return f"{name} cannot run in optimum-uag's static Gaudi runner: {REFUSED[name]}"
-    config = text_config_of(model)
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None)
-    sliding = "sliding_attention" in layer_types if layer_types else getattr(config, "use_sliding_window", True)
-    if window and max_len > window and sliding:
-        return (f"{name} has a sliding window ({window} tokens) that optimum-habana's {name} does not apply on its "
-                f"reuse_cache path: a sequence of up to {max_len} tokens (prompt with its padding, max_new_tokens and the "
-                "draft length) would attend to tokens the model never sees in transformers; keep it within the "
-                "window")
-    return None
-
-
-_MISSING = object()
+from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_width, _width  # noqa: F401
+from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism, final_norm,  # noqa: F401
+                      forward_conventions, own_cache_bytes, refusal, restore_updates, text_config_of,
+                      write_blocks_at_token_idx)
 
 
 class _OwnError(ValueError):
     """A runner input error of ours (not a model class failing inside its forward)."""
-
-
-def _write_at_token_idx(prev, cur, dim, idx, inp_seq_len):
-    """KVCache.update as optimum-habana's Llama does it with inp_seq_len -1: the block at columns idx - 1; the
-    attention then reads the whole cache under the runner's mask."""
-    prev.index_copy_(dim, idx - 1, cur)
-    return prev
-
-
-def _writes_blocks(module) -> bool:
-    """True for a KVCache whose update already writes a block at token_idx (optimum-habana's Llama KVCache)."""
-    update = getattr(type(module), "update", None)
-    return getattr(update, "__module__", "").endswith("llama.modeling_llama")
-
-
-class _Sizes(tuple):
-    """A cache tensor's reported shape (batch, heads, past, head_dim): a tuple that also answers `.shape`, as some
-    optimum-habana classes read `past_key_values[i][0].shape[-2]` and others `past_key_values[0][0][2]`."""
-
-    @property
-    def shape(self):
-        return torch.Size(self)
-
-
-def _kv_caches(model) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-    """optimum-habana's per-layer KVCache modules (k_cache, v_cache), in layer order; under Intel Neural
-    Compressor FP8 these are INC's PatchedKVCache wrappers, whose live module is `orig_mod` (see _live)."""
-    pairs = []
-    for module in model.modules():
-        k, v = getattr(module, "k_cache", None), getattr(module, "v_cache", None)
-        if k is not None and v is not None and hasattr(k, "get_shape") and hasattr(_live(k), "cache"):
-            pairs.append((k, v))
-    return pairs
-
-
-def _live(cache: torch.nn.Module) -> torch.nn.Module:
-    """The module whose `.cache` the forward reads: INC's PatchedKVCache keeps a stale `.cache` of its own and
-    delegates to `orig_mod` (neural_compressor/torch/algorithms/fp8_quant/_quant_common/helper_modules.py)."""
-    return getattr(cache, "orig_mod", cache)
-
-
-def own_cache_bytes(model) -> int:
-    """Bytes of the KV cache optimum-habana's own generate() allocated in the model's KVCache modules (reuse_cache),
-    0 when it allocated none: what a target-only run of upstream holds, for comparison."""
-    return sum(_live(c).cache.numel() * _live(c).cache.element_size() for pair in _kv_caches(model) for c in pair
-               if getattr(_live(c), "cache", None) is not None)
-
-
-def _pool(model) -> dict:
-    """Cache tensors this model's runners allocated, per (mechanism, batch, columns, dtype), kept across calls:
-    an HPU graph captured in one call reads the tensors that existed at capture, so a later call of the same
-    shape must use those very tensors, never a reallocated copy."""
-    return model_state(model).setdefault("kv_pool", {})
-
-
-def _bucketed(keep: int | None, length: int) -> int:
-    """logits_to_keep rounded up to a power of two (capped at the block): an HPU graph is keyed by it, so callers'
-    varying counts (a UAG draft's re-feed) make a few graphs, not one per count. The runner trims the rest."""
-    if not keep or keep >= length:
-        return 0 if not keep else length
-    return min(length, 1 << (keep - 1).bit_length())
-
-
-def final_norm(model):
-    """The module whose output is the last hidden state (after the final norm), or None."""
-    base = getattr(model, "base_model", model)
-    for name in ("norm", "final_layer_norm", "ln_f", "final_layernorm"):
-        module = getattr(base, name, None)
-        if isinstance(module, torch.nn.Module):
-            return module
-    return None
-
-
-def text_config_of(model):
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` itself, or for a 1-byte float (FP8 KV caches under Intel Neural Compressor: float8_e4m3fn) a uint8
-    view of it: moving entries is a bit copy, and gather / index_copy_ are not implemented for float8 everywhere
-    (CPU: "not implemented for 'Float8_e4m3fn'")."""
-    if tensor.dtype.is_floating_point and tensor.element_size() == 1:
-        return tensor.view(torch.uint8)
-    return tensor
-
-
-MARGIN = 32  # columns beyond the logical capacity: the prompt's bucket padding, a verify block's RoPE rows, slack
-
-
-def _width(max_len: int, bucket_size: int = 0, tight: bool = True) -> int:
-    """Cache width for a logical capacity of `max_len` columns. The target's (tight): + MARGIN, a multiple of
-    upstream's bucket_size when one is set, else of MARGIN (a bounded set of shapes, hence of graphs, within
-    2 x MARGIN - 1 columns of what upstream allocates beside the verify block). A draft's: a power of two >= 1.5 x
-    (a small model; a UAG draft's capacity varies per call and per window, its graphs should not)."""
-    if not tight:
-        return max(128, 1 << (max_len + max(64, max_len // 2) - 1).bit_length())
-    step = bucket_size if bucket_size and bucket_size > 0 else MARGIN
-    return -(-(max_len + MARGIN) // step) * step
-
-
-POOLED = 4  # pooled caches kept per model (the least recently used one goes, with its graphs, past that)
-
-
-def _pooled_width(model, mechanism, batch_size, dtype, needed: int) -> int:
-    """The narrowest pooled cache of this model for (mechanism, batch, dtype) with `needed` to 2 x `needed`
-    columns, else `needed`."""
-    widths = [key[2] for key in _pool(model) if key[:2] == (mechanism, batch_size) and key[3] == dtype
-              and needed <= key[2] < 2 * needed]
-    return min(widths, default=needed)
-
-
-def _evict(model, limit: int) -> None:
-    """Past `limit` pooled caches, drop the least recently used ones with their HPU graphs and feature buffers: a
-    long-lived process serving mixed shapes does not grow without bound."""
-    state = model_state(model)
-    pool = _pool(model)
-    while len(pool) > limit:
-        old = next(iter(pool))  # dicts keep insertion order; _allocate re-inserts a cache on use
-        del pool[old]
-        step = state.get("graph_steps", {}).pop(old, None)
-        if step is not None and hasattr(step, "clear_cache"):
-            step.clear_cache()
-        state.get("feature_buffers", {}).pop(old, None)
 
 
 class GaudiModelRunner:
@@ -277,12 +90,7 @@ class GaudiModelRunner:
         self.decode_attention = {key: (False if key in ("flash_attention_fast_softmax", "flash_attention_recompute")
                                        else value) for key, value in self.attention.items()}
         self._knobs = self.attention
-        self.additive_mask = type(model).__name__ in ADDITIVE_MASK or (
-            type(model).__name__ == "GaudiMixtralForCausalLM" and
-            getattr(model.config, "_attn_implementation", None) == "sdpa")
-        llama = type(model).__name__.startswith("GaudiLlama")  # (as upstream's generate() calls it: torch.Size, no
-        self.cache_position = accepts(model, "cache_position") and not llama  # cache_position)
-        self.sizes = torch.Size if llama else _Sizes
+        self.additive_mask, self.cache_position, self.sizes = forward_conventions(model)
         self.slot_of = torch.full((batch_size, self.columns), -1, dtype=torch.long, device=self.device)
         # host-side: an upper bound of the first free column (the true one, on the device, follows the rollbacks;
         # read back only when a block would not fit under the bound)
@@ -348,7 +156,9 @@ class GaudiModelRunner:
             for m, tensor in zip(modules, pool[key]):
                 m.cache, m.inp_seq_len = tensor, -1
             for cache in (c for pair in self.caches for c in pair):
-                self._write_blocks_at_token_idx(cache)
+                entry = write_blocks_at_token_idx(cache)
+                if entry is not None:
+                    self._overridden.append(entry)
             self.cache_shapes = [(_live(k).cache.shape, _live(v).cache.shape) for k, v in self.caches]
             return
         if key not in pool:
@@ -366,23 +176,6 @@ class GaudiModelRunner:
         # therefore be this very tuple (a new one per call would overwrite the live cache with a stale copy)
         self.past = pool[key]
 
-    def _write_blocks_at_token_idx(self, cache) -> None:
-        """optimum-habana's shared KVCache (and Gemma's, GPT-J's, ...) writes a block of L > 1 tokens at columns
-        0..L-1 as a prefill (modeling_all_models.py KVCache.update); Llama's writes any block at token_idx when
-        inp_seq_len is -1. Ours does the latter for every class while the runner is open (close() puts back what
-        was there). Under INC FP8 the live module's `update` is INC's quantizing wrapper, which calls the
-        PatchedKVCache's `org_update` (helper_modules.py): that is what gets replaced, so the block is still
-        quantized on its way in."""
-        live = _live(cache)
-        if _writes_blocks(live):
-            return
-        holder, attr = (cache, "org_update") if cache is not live and hasattr(cache, "org_update") else (live, "update")
-        saved = vars(holder).get(attr, _MISSING)
-        if saved is _write_at_token_idx:  # (left by a runner that never closed: the class's own is underneath)
-            saved = _MISSING
-        self._overridden.append((holder, attr, saved))
-        setattr(holder, attr, _write_at_token_idx)
-
     def close(self) -> None:
         """Put back the KV tensors optimum-habana's own generate() had allocated in the model (reuse_cache); drop
         the graphs when upstream's clear_hpu_graphs_cache asks it."""
@@ -395,11 +188,7 @@ class GaudiModelRunner:
         for module, tensor, seq_len in reversed(self._restore):
             module.cache, module.inp_seq_len = tensor, seq_len
         self._restore = []
-        for holder, attr, saved in reversed(self._overridden):
-            if saved is _MISSING:
-                vars(holder).pop(attr, None)
-            else:
-                setattr(holder, attr, saved)
+        restore_updates(self._overridden)
         self._overridden = []
 
     @property
@@ -644,112 +433,3 @@ class GaudiModelRunner:
         mask[:, : self.columns] = self._visible(slots)[:, 0].long()
         return self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, with_past=True,
                          token_idx=columns + 1, use_cache=True, **extra)
-
-
-class _Bypass:
-    """A graph-wrapped plain model called with `bypass_hpu_graphs=True` (habana's wrapper then runs the Python
-    forward): its cache object and write slots reach the forward through attributes, which a captured graph
-    would freeze. Everything else is the model's."""
-
-    def __init__(self, model):
-        self.__dict__["_model"] = model
-
-    def __call__(self, *args, **kwargs):
-        return self._model(*args, bypass_hpu_graphs=True, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._model, name)
-
-
-class PlainModelOnGaudi:
-    """A plain transformers model (no token_idx cache) on Gaudi: the CPU/CUDA runner its probe picks, run outside
-    HPU graphs, with one mark_step per forward in lazy mode."""
-
-    supports_tree = False  # its forward takes no tree mask: a feature head drafts a chain (said once)
-
-    def __init__(self, runner, lazy_mode: bool):
-        self.runner, self.lazy_mode = runner, lazy_mode
-        if hpu.is_graph_wrapped(runner.model):
-            runner.model = _Bypass(runner.model)
-
-    def forward(self, tokens, start, logits_to_keep: int = 0, hidden: bool = False):
-        out = self.runner.forward(tokens, start, logits_to_keep, hidden) if hidden else \
-            self.runner.forward(tokens, start, logits_to_keep)
-        if self.lazy_mode:
-            hpu.mark_step()
-        return out
-
-    def __getattr__(self, name):
-        return getattr(self.runner, name)
-
-
-def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: str = "target", *, options):
-    """The runner for one model on Gaudi: a GaudiModelRunner where it has a token_idx cache, else the runner
-    its capability probe picks (a plain transformers model), run outside HPU graphs."""
-    mechanism = cache_mechanism(model)
-    if mechanism == "token_idx" and role == "target":
-        raise ValueError(
-            f"{type(model).__name__} (optimum-habana's token_idx class) cannot be the target of assisted generation "
-            "on Gaudi: its attention builds a causal mask only for a block without a past, so verifying K draft "
-            "tokens takes K+1 sequential forwards and can only be slower than generate() without a draft. Use it "
-            "as the assistant_model, or a target whose optimum-habana class runs on the reuse_cache path (Llama, "
-            "Qwen2, Qwen3, Gemma: docs/gaudi.md lists every class), or run this target without assistant_model")
-    if mechanism is None:
-        # (no prepacked CPU kernels: the model runs on the HPU's own; runners/packed.py is a CPU path)
-        return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role, packed=False),
-                                 options.lazy_mode)
-    return GaudiModelRunner(model, batch_size, capacity, pad, lazy_mode=options.lazy_mode,
-                            hpu_graphs=options.hpu_graphs, use_flash_attention=options.use_flash_attention,
-                            flash_attention_recompute=options.flash_attention_recompute,
-                            attn_softmax_bf16=options.attn_softmax_bf16,
-                            flash_attention_fast_softmax=options.flash_attention_fast_softmax,
-                            bucket_size=options.bucket_size, limit_hpu_graphs=options.limit_hpu_graphs,
-                            clear_hpu_graphs_cache=options.clear_hpu_graphs_cache, tight=role == "target")
-
-
-def gaudi_plan(model, kwargs: dict, generation_config=None) -> RunnerPlan | None:
-    """The runner plan for an optimum-habana Gaudi model (static verify width, token_idx caches); None otherwise.
-    Registered with optimum_uag.runners, so the engine never imports this package."""
-    from .options import pop_gaudi_options
-
-    options = pop_gaudi_options(model, kwargs, generation_config)
-    if options is None:
-        return None
-    rounds = None
-    if options.iteration_times is not None or options.profiler is not None:
-        rounds = RoundTimes(options.iteration_times, options.profiler)
-    return RunnerPlan(make_runner=functools.partial(make_runner, options=options), static_verify=True,
-                      ignore_eos=options.ignore_eos, rounds=rounds)
-
-
-class RoundTimes:
-    """upstream generate()'s `iteration_times` and `profiler`, per generated token as upstream counts them: a round
-    that gave (at most, over the rows) n new tokens adds n entries of its time / n (the first round, prefill
-    included, measured from the call's start, as upstream's HabanaGenerationTime: its run_generation.py reads
-    iteration_times[0] as the first-token latency and the mean of the rest as the per-token latency), and steps the
-    profiler n times (upstream's profiling_steps count tokens)."""
-
-    def __init__(self, times: list | None, profiler):
-        self.times, self.profiler = times, profiler
-        self.last = time.perf_counter()
-
-    def start(self) -> None:
-        if self.profiler is not None:
-            self.profiler.start()
-
-    def step(self, tokens: int = 1) -> None:
-        """After a round that gave (at most, over the rows) `tokens` new tokens; the first round (the prompt's) gives
-        one, so iteration_times[0] is the first-token latency."""
-        tokens = max(1, int(tokens))
-        if self.times is not None:  # the round's host sync has happened (its token counts were read back)
-            now = time.perf_counter()
-            self.times.extend([(now - self.last) / tokens] * tokens)
-            self.last = now
-        if self.profiler is not None:
-            for _ in range(tokens):
-                self.profiler.step()
-
-    def stop(self) -> None:
-        if self.profiler is not None:
-            self.profiler.stop()
-
