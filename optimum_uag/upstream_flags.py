@@ -22,7 +22,18 @@ NO_OPS = {
     "profiling_record_shapes": ({}, "no built-in profiler"),
     "profile_whole_sequences": ({}, "no built-in profiler"),
     "run_partial_dataset": ({}, "--dataset_max_samples selects the rows"),
+    "csp": (dict(type=str, default=None), "upstream's script declares it and reads it nowhere"),
 }
+
+def true_or_false(value: str) -> bool:
+    """A flag value as upstream's SetTrueOrFalseOrNone reads it (utils.py): true/1/t/y/yes or false/0/f/n/no."""
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "1", "t", "y", "yes"):
+        return True
+    if lowered in ("false", "0", "f", "n", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
+
 
 # flag: (argparse kwargs, what it does): passed to optimum-uag's target forwards as to the target-only baseline
 APPLIED = {
@@ -32,7 +43,7 @@ APPLIED = {
                                    "generate() call"),
     "attn_softmax_bf16": ({}, "Gaudi: attention softmax in bf16 (eager attention), for optimum-uag's target forwards "
                               "as for the target-only baseline"),
-    "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None),
+    "flash_attention_fast_softmax": (dict(nargs="?", const=True, default=None, type=true_or_false),
                                      "Gaudi: FusedSDPA's fast softmax for the prompt's forwards, as upstream's Llama "
                                      "(never a verify block: upstream's target-only decode never runs it)"),
 }

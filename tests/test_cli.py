@@ -413,3 +413,29 @@ def test_tune_tries_tree_shapes_for_a_feature_head(tmp_path):
     command = tune._command(argparse.Namespace(model_name_or_path=None), best_tree).split()[2:]
     args = flags.build_parser().parse_args(command)
     assert args.draft_tree == "on" and [args.tree_depth, args.tree_top_k, args.tree_nodes] == best_tree["tree"]
+
+
+def test_upstream_command_line_values_parse_as_upstream(monkeypatch):
+    """Issue 29, item 4: optimum-habana's own flag forms: `-d hpu`, `--flash_attention_fast_softmax False` (its
+    SetTrueOrFalseOrNone: False, not the truthy string), the fast softmax on by default with --use_flash_attention,
+    `--csp PATH` (declared upstream, read nowhere), and --device defaulting to hpu where the Gaudi software is
+    installed (upstream's default device)."""
+    from optimum_uag.cli import generate
+
+    monkeypatch.setattr(generate, "check_args", lambda args, on_gaudi: None)  # (no Gaudi here to check against)
+    args, on_gaudi = generate.parse(["-d", "hpu", "--use_flash_attention", "--flash_attention_fast_softmax", "False",
+                                     "--csp", "/tmp/consts"])
+    assert args.device == "hpu" and on_gaudi and args.flash_attention_fast_softmax is False and args.csp == "/tmp/consts"
+    args, _ = generate.parse(["--use_flash_attention"])
+    assert args.flash_attention_fast_softmax is True
+    args, _ = generate.parse(["--use_flash_attention", "--flash_attention_fast_softmax"])
+    assert args.flash_attention_fast_softmax is True
+    args, _ = generate.parse([])
+    assert args.flash_attention_fast_softmax is False
+    with pytest.raises(SystemExit):
+        generate.parse(["--flash_attention_fast_softmax", "maybe"])
+    monkeypatch.setattr(generate, "_gaudi_installed", lambda: False)
+    assert generate.parse([])[0].device == "auto"
+    monkeypatch.setattr(generate, "_gaudi_installed", lambda: True)
+    assert generate.parse([])[0].device == "hpu"
+    assert generate.parse(["--emulate_hpu"])[0].device == "auto"

@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_dir", default=None, help="write results.json here")
     p.add_argument("--compare_baseline", action="store_true",
                    help="also run transformers' own assisted generation on the same inputs and report the ratio")
-    p.add_argument("--device", choices=["auto", "hpu", "cuda", "cpu"], default="auto")
+    p.add_argument("--device", "-d", choices=["auto", "hpu", "cuda", "cpu"], default="auto",
+                   help="auto: hpu where the Intel Gaudi software is installed (optimum-habana's default), else cuda "
+                        "when available, else cpu")
     p.add_argument("--emulate_hpu", action="store_true",
                    help="dry-run a Gaudi configuration on CPU: optimum-habana's Gaudi model classes under the HPU "
                         "emulator (real CPU math); reports how many HPU graphs each model would capture")
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reuse_cache", action="store_true", help="Gaudi: preallocated KV caches")
     p.add_argument("--bucket_size", type=int, default=-1,
                    help="Gaudi: optimum-habana's bucketed KV cache for the target-only baseline; optimum-uag's static "
-                        "caches get widths that are multiples of it (else powers of two)")
+                        "target cache's width is a multiple of it (else of 32 columns)")
     p.add_argument("--load_quantized_model_with_inc", action="store_true",
                    help="Gaudi: load a checkpoint already quantized to FP8 with INC")
     # optimum-habana's attention / graph knobs, so its command lines run unchanged

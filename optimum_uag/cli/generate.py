@@ -2,6 +2,7 @@
 side by side (target-only, optimum-uag with each draft, transformers' assisted generation) -> report."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from dataclasses import dataclass, field
@@ -37,9 +38,21 @@ class Setup:
     baseline_config: object = None
 
 
+def _gaudi_installed() -> bool:
+    """True where the Intel Gaudi software is installed (habana_frameworks can be imported)."""
+    try:
+        return importlib.util.find_spec("habana_frameworks") is not None
+    except ValueError:  # a module without a spec (the HPU emulator's stand-in): not an installation
+        return False
+
+
 def parse(argv) -> tuple[object, bool]:
     args = build_parser().parse_args(argv)
+    if args.device == "auto" and not args.emulate_hpu and _gaudi_installed():
+        args.device = "hpu"  # optimum-habana's default device, so its command lines run unchanged
     on_gaudi = args.device == "hpu" or args.emulate_hpu
+    if args.flash_attention_fast_softmax is None:  # upstream: on with --use_flash_attention unless given
+        args.flash_attention_fast_softmax = bool(args.use_flash_attention)
     if args.ignore_eos is None:  # optimum-habana's run_generation.py default (True) for Gaudi command lines
         args.ignore_eos = on_gaudi
     if args.warmup is None:  # optimum-habana's default on Gaudi; one pass elsewhere (the emulator included)
@@ -69,8 +82,9 @@ def load_models(args, notes: list) -> Setup:
         from ..gaudi import device as hpu
 
         hpu.set_env()  # as optimum-habana's setup_device, before any model reaches the HPU
-    dtype = torch.bfloat16 if args.bf16 else torch.float32
     setup.world_size = ws = distributed.world_size()
+    # upstream (utils.initialize_model): bf16 with --bf16 or under DeepSpeed; here on Gaudi (CPU ranks stay fp32)
+    dtype = torch.bfloat16 if args.bf16 or (ws > 1 and setup.device.type == "hpu") else torch.float32
     if ws > 1:
         if args.emulate_hpu:
             fail("--emulate_hpu runs one process; drop it for a multi-card run (DeepSpeed over gloo runs on CPU)")
