@@ -166,8 +166,12 @@ def test_sampling_keeps_the_target_distribution_across_rounds_without_a_draft(fo
     follow the target's own distribution (chi-square)."""
     from optimum_uag.engine.sampling import LogitsWarper
 
+    from helpers import tiny_llama
+
     vocab, n = 8, 6000
-    target, draft = _sharp_llama(vocab, 0, 4.0), _sharp_llama(vocab, 1, 3.0)
+    target, draft = tiny_llama(vocab, 0, layers=2, hidden=16), _sharp_llama(vocab, 1, 3.0)  # (a cheaper draft)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(4.0)
     prompt = torch.tensor([[1, 2, 3]])
     expected = _joint_first_two(target, prompt, LogitsWarper())
     torch.manual_seed(99)
@@ -196,9 +200,11 @@ def test_the_default_is_adaptive_and_a_fixed_length_is_kept(embedded, prompts):
                           num_assistant_tokens_schedule="heuristic")
 
 
-def test_a_draft_costlier_than_the_target_is_never_run(embedded, prompts):
-    """A draft multiplying more weights per token than the target cannot gain at any length: it is not run at all
-    (its prefill neither), with one warning; the output is the target's (its own generate(), options as given)."""
+@pytest.mark.parametrize("size", ["larger", "equal"])
+def test_a_draft_costlier_than_the_target_is_never_run(embedded, prompts, size):
+    """A draft multiplying at least as many weights per token as the target cannot gain at any length (K + 1 tokens
+    for at least K + 1 target steps): it is not run at all (its prefill neither), with one warning; the output is
+    the target's (its own generate(), options as given)."""
     import copy
 
     from transformers import AutoModelForCausalLM
@@ -211,6 +217,8 @@ def test_a_draft_costlier_than_the_target_is_never_run(embedded, prompts):
     torch.manual_seed(0)
     big = AutoModelForCausalLM.from_config(config).eval()
     assert cost_prior(target, target) == 1.0 and cost_prior(target, big) > 1.0 and weights_per_token(target) > 0
+    if size == "equal":  # the target's own weights: as costly per token, and it would accept everything
+        big = copy.deepcopy(target)
     ids, mask = batch(tok, prompts[:2])
     with pytest.warns(UserWarning, match="no draft length can gain"):
         out = assisted_generate(target, big, ids, mask, max_new_tokens=12)

@@ -98,7 +98,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
     criteria = stopping_criteria(cfg, tokenizer, user_criteria)  # (validates stop_strings for both paths)
-    if cfg.adaptive and cost_prior(model, assistant_model) > 1.0:
+    if cfg.adaptive and cost_prior(model, assistant_model) >= 1.0:
         return _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                             logits_processor, prefix_allowed_tokens_fn)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them

@@ -11,12 +11,12 @@ measures both during the call, as dynamic speculation lookahead (Mamou et al. 20
   alpha_j   acceptance at draft position j given j - 1 accepted (decayed counts, prior 1/2)
   E(K)      = 1 + sum_{i <= K} prod_{j <= i} alpha_j tokens per row, in t0 + s K seconds
 
-K = 0 (no draft) is one of the choices. A draft whose token costs more than a target token (by the weights each
-multiplies with) can never gain, E(K) <= K + 1 tokens for more than 1 + K target steps: it is not run at all, the
+K = 0 (no draft) is one of the choices. A draft whose token costs at least a target token (by the weights each
+multiplies with) can never gain, E(K) <= K + 1 tokens for at least 1 + K target steps: it is not run at all, the
 prefill included: the call runs the target's own generate(). Otherwise the first MIN_ROUNDS timed drafting rounds
 always draft (one round's acceptance is noise), unless the measured cost alone rules drafting out (even with every
-token accepted it would lose: then probes come only every 32 rounds); then a draft whose expected rate falls below 0.97 of the rate without
-one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds without one (with the K the
+token accepted it would lose: then probes come only every 32 rounds); then a draft whose expected rate falls below
+0.97 of the rate without one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds without one (with the K the
 estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a passage the draft knows
 bring it back (drafting resumes once its expected rate exceeds the rate without it). While drafting, a round without a draft every 32
 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
@@ -72,8 +72,8 @@ class AdaptivePolicy:
     def __init__(self, start_k: int, max_k: int = MAX_K, tree: bool = False, cost: float | None = None):
         self.max_k, self.tree = max(1, max_k), tree
         self.start_k = max(1, min(start_k, self.max_k))
-        # a draft token that costs more than a target token can never gain: E(K) <= K + 1 tokens for > 1 + K steps
-        self.never = cost is not None and cost > 1.0
+        # a draft token that costs as much as a target token can never gain: E(K) <= K + 1 tokens for >= 1 + K steps
+        self.never = cost is not None and cost >= 1.0
         if cost is not None and not tree:  # the first drafting rounds: the K the weights suggest (acceptance 0.6)
             self.start_k = max(range(1, self.max_k + 1),
                                key=lambda k: sum(0.6 ** i for i in range(k + 1)) / (1 + (cost + 0.03) * k))
@@ -137,7 +137,7 @@ class AdaptivePolicy:
             if self.s is None:
                 return self.start_k
             k, rate = self.best_k()
-        if not self.tree and self.ceiling() < OFF_BELOW:
+        if not self.tree and self.ceiling() < 1.0:
             # the measured cost alone rules drafting out: with every token accepted it would still lose, so no
             # more warm-up rounds (their acceptance cannot change that), and probes only at the longest gap
             self.gap = max(self.gap, len(PROBE_GAPS) - 1)
