@@ -16,10 +16,10 @@ multiplies with) can never gain, E(K) <= K + 1 tokens for at least 1 + K target 
 prefill included: the call runs the target's own generate(). Otherwise the first MIN_ROUNDS timed drafting rounds
 always draft (one round's acceptance is noise), unless the measured cost alone rules drafting out (even with every
 token accepted it would lose: then probes come only every 32 rounds); then a draft whose expected rate falls below
-0.97 of the rate without one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds without one (with the K the
-estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a passage the draft knows
-bring it back (drafting resumes once its expected rate exceeds the rate without it). While drafting, a round without a draft every 32
-rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
+0.97 of the rate without one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds
+without one (with the K the estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a
+passage the draft knows bring it back (drafting resumes once its expected rate exceeds the rate without it). While
+drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
 option against no draft, its tokens and time per round measured as they come.
 
 Greedy output stays exactly the target's and sampling stays lossless whatever the choices: each round's K is fixed

@@ -9,7 +9,7 @@ from ..registry import model_state
 from ..runners import local_config
 from ..runners.common import PROMPT_BUCKET, accepts
 from . import device as hpu
-from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_width, _width  # noqa: F401
+from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_width, _width  # noqa: F401 (MARGIN)
 from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism, final_norm,  # noqa: F401
                       forward_conventions, own_cache_bytes, refusal, restore_updates, text_config_of,
                       write_blocks_at_token_idx)
@@ -96,7 +96,6 @@ class GaudiModelRunner:
         # read back only when a block would not fit under the bound)
         self.write = 0
         self.column_index = torch.arange(self.columns, device=self.device)
-        self.syncs = 0  # host reads of the live end (a block that did not fit under the bound)
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.compactions = 0
@@ -301,18 +300,19 @@ class GaudiModelRunner:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             return self._chunked(tokens, start, logits_to_keep, hidden, 1)
         self.slot_of.masked_fill_(self.slot_of >= start[:, None], -1)  # rollback: hide stale slots
+        base = self._live_end()  # (device) where the block goes
         if self.write + length > self.columns:
-            self.write = int(self._live_end())  # the bound was loose (rolled-back columns are free): one sync
-            self.syncs += 1
+            self.write = int(base)  # the bound was loose (rolled-back columns are free): one sync
             if self.write + length > self.columns:
                 self._compact()
+                base = self._live_end()
                 if self.write + length > self.columns:
                     raise _OwnError(f"a block of {length} tokens does not fit the {self.columns}-column cache")
         self.shapes.add((batch, length))
         self.calls += 1
         offsets = torch.arange(length, device=self.device)
         slots = start[:, None] + (offsets if tree is None else tree.block_depths)  # (B, L) logical slots
-        columns = self._live_end() + offsets  # shared physical columns of the block
+        columns = base + offsets  # shared physical columns of the block
         visible = None if tree is None else self._tree_visible(tree, start, slots, columns)
         # index_copy_ with a device index, as optimum-habana writes its caches: a Python-int slice would make
         # one lazy-mode graph per write offset
