@@ -671,6 +671,33 @@ def test_a_prompt_longer_than_the_free_room_stays_inside_the_rope_table(emu):
     assert {length for _, length in runner.shapes} == {32, 16}
 
 
+def test_a_long_prompt_never_builds_a_mask_over_the_budget(emu, monkeypatch):
+    """Issue 29, finding 10: the runner's explicit (B, 1, L, columns) mask in the model's dtype (a 32k prompt at
+    batch 8: 16 GiB in bf16, where upstream's causal FusedSDPA builds none) is bounded: a prompt whose mask would
+    exceed MASK_BYTES runs in chunks of a power of two; every logit still equals a no-cache forward."""
+    from optimum_uag.gaudi import GaudiModelRunner, runner as gaudi_runner
+
+    model = tiny_llama(50, 3, layers=2, hidden=32)
+    model = _gaudi_copy(model.config, model.state_dict())
+    runner = GaudiModelRunner(model, 2, 200, torch.tensor([0, 5]), lazy_mode=True)
+    budget = 2 * runner.columns * 4 * 40  # 40 rows of float32 at batch 2: chunks of 32 (MASK_ROWS lowered to 8)
+    monkeypatch.setattr(gaudi_runner, "MASK_BYTES", budget)
+    monkeypatch.setattr(gaudi_runner, "MASK_ROWS", 8)
+    masks = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: masks.append(kw["attention_mask"]), with_kwargs=True)
+    tokens = torch.randint(1, 50, (2, 112), generator=torch.Generator().manual_seed(3))
+    try:
+        logits = runner.forward(tokens, torch.tensor([0, 0]))
+    finally:
+        hook.remove()
+    assert len(masks) == 4 and max(m.numel() * m.element_size() for m in masks) <= budget
+    with torch.no_grad():
+        expected = model(tokens[1:, 5:], use_cache=False).logits
+        first = model(tokens[:1], use_cache=False).logits
+    torch.testing.assert_close(logits[1:, 5:], expected.float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[:1], first.float(), atol=1e-4, rtol=1e-4)
+
+
 def test_the_rope_table_covers_the_cache_width_before_any_graph(emu, monkeypatch):
     """As upstream's generate(): update_sincos_cache(seq_len=columns) when the width exceeds
     max_position_embeddings, so the table is not rebuilt inside a forward (a lazy graph / HPU-graph capture)."""

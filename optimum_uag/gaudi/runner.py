@@ -6,6 +6,12 @@ import weakref
 import torch
 
 from ..registry import model_state
+
+# The largest attention mask one reuse_cache forward may build, in bytes: a prompt whose (B, 1, L, columns) mask in
+# the model's dtype would exceed it runs in chunks of a power of two (upstream's causal FusedSDPA builds none; our
+# mask is explicit: it hides holes). Never below MASK_ROWS rows, so a verify block or a draft tree is never split.
+MASK_BYTES = 1 << 28
+MASK_ROWS = 64
 from ..runners import local_config
 from ..runners.common import PROMPT_BUCKET, accepts
 from . import device as hpu
@@ -281,6 +287,11 @@ class GaudiModelRunner:
             logits = out[0] if hidden else out
             logits = logits if logits_to_keep else logits[:, extra:]
             return (logits, out[1][:, extra:]) if hidden else logits
+        step = length
+        if self.mechanism == "reuse_cache" and tree is None and length > MASK_ROWS:
+            # issue 29, finding 10: a long prompt's mask (and the model's temporaries of that shape) in chunks
+            rows = max(MASK_ROWS, MASK_BYTES // (batch * self.columns * self.dtype.itemsize))
+            step = 1 << (rows.bit_length() - 1)
         if self.mechanism == "reuse_cache" and length > self.columns - self.max_len:
             # upstream's attention takes the past length we report (columns - length) as kv_seq_len, the size of
             # its RoPE table (modeling_llama: kv_seq_len = past_key_value[0][-2]; cos[:seq_len][position_ids]):
@@ -290,12 +301,12 @@ class GaudiModelRunner:
             # first slot bounded by the host's write bound (a bounded set of shapes; one chunk when
             # max_new_tokens >= the prompt)
             first = min(self.write, self.max_len - length)
-            step = 1 << (max(1, (self.columns - first) // 2).bit_length() - 1)
-            if length > step:
-                if tree is not None:
-                    raise _OwnError(f"a draft tree of {length - 1} nodes is wider than the Gaudi runner's margin "
-                                    f"of {self.columns - self.max_len} columns; lower tree_nodes")
-                return self._chunked(tokens, start, logits_to_keep, hidden, step)
+            step = min(step, 1 << (max(1, (self.columns - first) // 2).bit_length() - 1))
+            if length > step and tree is not None:
+                raise _OwnError(f"a draft tree of {length - 1} nodes is wider than the Gaudi runner's margin "
+                                f"of {self.columns - self.max_len} columns; lower tree_nodes")
+        if length > step:
+            return self._chunked(tokens, start, logits_to_keep, hidden, step)
         if self.mechanism == "token_idx" and length > 1 and self.write > 0:
             # token_idx models take one token at a time once the cache holds something (see class doc)
             return self._chunked(tokens, start, logits_to_keep, hidden, 1)

@@ -3,6 +3,7 @@ backends (Gaudi) register plan hooks that take over the models they own."""
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -53,6 +54,33 @@ def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Ten
         logits.append(out.logits[0])
         past = returned_cache(out)
     return torch.cat(logits).float()
+
+
+def _own_positions_differ(model) -> str | None:
+    """Whether the model's own generate() feeds it positions other than 0, 1, 2, ... from the first real token
+    (what every runner passes): a few greedy tokens from generate(), their raw logits against the same loop with
+    explicit positions. XLM-RoBERTa-XL's prepare_inputs_for_generation derives them from the token content
+    (from padding_idx + 1; a pad-id token does not advance them). None when they agree or generate() cannot run
+    on a bare prompt (the runner probes then decide)."""
+    normal = [i for i in range(3, 40) if i not in {getattr(model.config, n, None) for n in
+                                                    ("pad_token_id", "bos_token_id", "eos_token_id")}]
+    prompt = torch.tensor([normal[:6]], device=model.device)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            generate = type(model).generate
+            generate = getattr(generate, "_original", generate)  # its own loop, never routed back to ours
+            out = generate(model, input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                           max_new_tokens=3, min_new_tokens=3, output_logits=True, return_dict_in_generate=True,
+                           pad_token_id=normal[0], num_beams=1)
+        got = torch.cat(out.logits).float()
+        ref = _own_generate_logits(model, out.sequences[:, :-1], prompt.shape[1])[prompt.shape[1] - 1 :]
+    except Exception:  # noqa: BLE001 - a model its own generate() cannot run this way: the runner probes decide
+        return None
+    if got.shape != ref.shape or all(_agrees(a, b, model.dtype) for a, b in zip(got, ref)):
+        return None
+    return ("its own generate() passes other position ids than 0, 1, 2, ... (it derives them from the token "
+            "content or adds an offset), which optimum-uag's runners do not reproduce")
 
 
 def _probe(model, cls) -> str | None:
@@ -113,6 +141,10 @@ def select_runner(model, strict: bool = True) -> str:
                          "(AutoModelForCausalLM) as target and assistant")
     failures, runs = {}, None
     with torch.inference_mode():
+        positions = _own_positions_differ(model) if strict else None  # a draft's positions only move proposals
+        if positions is not None:
+            raise ValueError(f"{name} cannot be run by optimum-uag as a target: {positions}; use model.generate() "
+                             "without an assistant for this model (as an assistant it is accepted)")
         for kind, cls in RUNNERS.items():
             failures[kind] = _probe(model, cls)
             if failures[kind] is None:
