@@ -858,8 +858,10 @@ def test_feature_buffers_outlive_the_call_that_captured_them(plain, emu, gaudi_m
 @pytest.mark.parametrize("flags,draft", [([], "assistant_same_tokenizer"),
                                         (["--limit_hpu_graphs", "--bucket_internal", "--bucket_size", "16"],
                                          "assistant_same_tokenizer"),
-                                        ([], "assistant"), (["--dataset_path"], "assistant_same_tokenizer")],
-                         ids=["graphs", "no-tensor-cache", "uag", "dataset"])
+                                        ([], "assistant"), (["--dataset_path"], "assistant_same_tokenizer"),
+                                        (["--max_input_tokens", "16", "--use_flash_attention", "--no-ignore_eos"],
+                                         "assistant_same_tokenizer")],
+                         ids=["graphs", "no-tensor-cache", "uag", "dataset", "flash-max-input"])
 def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags, draft):
     """`python -m optimum_uag.gaudi.launch SCRIPT` runs a script making run_generation.py's calls in its order
     (setup_env's adapt_transformers_to_gaudi() after our enable(), both models wrapped in HPU graphs, upstream's
@@ -867,7 +869,9 @@ def test_upstream_run_generation_sequence_through_the_launcher(tmp_path, flags, 
     equals optimum-habana's own target-only generate(). With --limit_hpu_graphs --bucket_internal upstream's
     setup_env sets PT_HPUGRAPH_DISABLE_TENSOR_CACHE=1. A draft with another tokenizer (issue 29, finding 5): upstream
     passes generate() no tokenizers; the launcher loads them from the two model paths, and UAG runs. Upstream's
-    --dataset_name path (finding 8) calls generate() without assistant_model: the launcher's --assistant_model drafts."""
+    --dataset_name path (finding 8) calls generate() without assistant_model: the launcher's --assistant_model drafts.
+    Finding 14: upstream's --max_input_tokens tokenization (prompts padded to 16) with --use_flash_attention (fast
+    softmax on, as upstream defaults it) and --no-ignore_eos (the others run upstream's default ignore_eos=True)."""
     import json
     import subprocess
     import sys

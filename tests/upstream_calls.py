@@ -4,7 +4,9 @@ Run through the launcher (`python -m optimum_uag.gaudi.launch tests/upstream_cal
 tests/emulated_launch.py): setup_env (env vars, version checks, adapt_transformers_to_gaudi), setup_device, the
 models loaded with AutoModelForCausalLM, evaluated, both wrapped in HPU graphs, a left-padding tokenizer,
 setup_generation_config's fields, a warm-up generate() and a measured one with upstream's keyword arguments
-(lazy_mode, hpu_graphs, ignore_eos, iteration_times, profiler), iteration_times[0] read as the first-token time.
+(lazy_mode, hpu_graphs, ignore_eos (upstream's default True; --no-ignore_eos), iteration_times, profiler),
+iteration_times[0] read as the first-token time; --max_input_tokens (prompts padded to that length, truncated,
+valid_sequence_lengths set) and the flash-attention flags as upstream sets them.
 Then (not upstream) the target-only reference with optimum-habana's own generate(), and a JSON report.
 """
 import argparse
@@ -26,10 +28,21 @@ def main():
     parser.add_argument("--bucket_internal", action="store_true")
     parser.add_argument("--bucket_size", type=int, default=-1)
     parser.add_argument("--reuse_cache", action="store_true")
+    parser.add_argument("--max_input_tokens", type=int, default=0,
+                        help="prompts padded (left) and truncated to this length, as upstream's tokenization")
+    parser.add_argument("--use_flash_attention", action="store_true")
+    parser.add_argument("--flash_attention_causal_mask", action="store_true")
+    parser.add_argument("--flash_attention_fast_softmax", choices=["True", "False"], default=None)
+    parser.add_argument("--ignore_eos", default=True, action=argparse.BooleanOptionalAction)  # upstream's default
     parser.add_argument("--dataset_path", action="store_true",
                         help="generate() without assistant_model, as upstream's --dataset_name path calls it")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
+    # run_generation.py: fast softmax defaults to True with --use_flash_attention, else False
+    if args.flash_attention_fast_softmax is None:
+        args.flash_attention_fast_softmax = args.use_flash_attention
+    else:
+        args.flash_attention_fast_softmax = args.flash_attention_fast_softmax == "True"
 
     # utils.setup_env
     os.environ.setdefault("EXPERIMENTAL_WEIGHT_SHARING", "FALSE")
@@ -86,8 +99,11 @@ def main():
     generation_config.clear_hpu_graphs_cache = False
     generation_config.reuse_cache = args.reuse_cache
     generation_config.reduce_recompile = False
-    generation_config.use_flash_attention = False
-    generation_config.flash_attention_causal_mask = False
+    generation_config.attn_softmax_bf16 = False
+    generation_config.use_flash_attention = args.use_flash_attention
+    generation_config.flash_attention_recompute = False
+    generation_config.flash_attention_causal_mask = args.flash_attention_causal_mask
+    generation_config.flash_attention_fast_softmax = args.flash_attention_fast_softmax
     generation_config.valid_sequence_lengths = None
 
     # run_generation.py: the profilers, the prompts, generate()
@@ -98,7 +114,14 @@ def main():
     sentences = sentences[: args.batch_size]
 
     def generate():
-        input_tokens = tokenizer.batch_encode_plus(sentences, return_tensors="pt", padding=True)
+        if args.max_input_tokens > 0:  # run_generation.py's tokenization with --max_input_tokens
+            input_tokens = tokenizer.batch_encode_plus(sentences, return_tensors="pt", padding="max_length",
+                                                       max_length=args.max_input_tokens, truncation=True,
+                                                       return_token_type_ids=False)
+            generation_config.valid_sequence_lengths = torch.sum(input_tokens["attention_mask"], dim=1,
+                                                                 dtype=torch.int32).to(device)
+        else:
+            input_tokens = tokenizer.batch_encode_plus(sentences, return_tensors="pt", padding=True)
         for t in input_tokens:
             if torch.is_tensor(input_tokens[t]):
                 input_tokens[t] = input_tokens[t].to(device)
@@ -106,7 +129,8 @@ def main():
         # upstream's --dataset_name path (generate_dataset) passes no assistant_model nor iteration_times
         extra = {} if args.dataset_path else dict(assistant_model=assistant_model, iteration_times=iteration_times)
         outputs = model.generate(**input_tokens, generation_config=generation_config, lazy_mode=True,
-                                 hpu_graphs=args.use_hpu_graphs, ignore_eos=False, profiler=profiler, **extra).cpu()
+                                 hpu_graphs=args.use_hpu_graphs, ignore_eos=args.ignore_eos, profiler=profiler,
+                                 **extra).cpu()
         if args.dataset_path:
             return outputs, input_tokens, 1.0, 0
         first_token_time = iteration_times[0]
@@ -125,7 +149,7 @@ def main():
     reference_config.static_shapes = is_optimized
     reference_inputs = {k: v for k, v in input_tokens.items() if k != "token_type_ids"}  # (the tiny tokenizer's)
     reference = model.generate(**reference_inputs, generation_config=reference_config, lazy_mode=True,
-                               hpu_graphs=args.use_hpu_graphs, ignore_eos=False).cpu()
+                               hpu_graphs=args.use_hpu_graphs, ignore_eos=args.ignore_eos).cpu()
     from optimum_uag.testing.hpu_emulator import _current
 
     emulator = _current()

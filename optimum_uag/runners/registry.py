@@ -40,11 +40,12 @@ def _probe_capacity(model) -> int:
     return 16 + max([w for w in local_attention_sizes(model) if w <= 8192] or [0])
 
 
-def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Tensor:
+def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int, positions: bool = True) -> torch.Tensor:
     """Logits as the model's own generate() computes them: the prompt in one forward, then one token at a time
-    on the model's own cache."""
-    positions = torch.arange(seq.shape[1], device=seq.device)[None]  # generate() passes them where accepted
-    extra = (lambda lo, hi: {"position_ids": positions[:, lo:hi]}) if accepts(model, "position_ids") else (lambda lo, hi: {})
+    on the model's own cache (positions=False: no position ids passed, the model derives its own)."""
+    positions = torch.arange(seq.shape[1], device=seq.device)[None] if positions else None
+    extra = ((lambda lo, hi: {"position_ids": positions[:, lo:hi]}) if positions is not None
+             and accepts(model, "position_ids") else (lambda lo, hi: {}))
     name = cache_argument(model) or "past_key_values"
     out = model(input_ids=seq[:, :prompt_len], use_cache=True, **extra(0, prompt_len))
     logits, past = [out.logits[0]], returned_cache(out)
@@ -59,9 +60,10 @@ def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int) -> torch.Ten
 def _own_positions_differ(model) -> str | None:
     """Whether the model's own generate() feeds it positions other than 0, 1, 2, ... from the first real token
     (what every runner passes): a few greedy tokens from generate(), their raw logits against the same loop with
-    explicit positions. XLM-RoBERTa-XL's prepare_inputs_for_generation derives them from the token content
-    (from padding_idx + 1; a pad-id token does not advance them). None when they agree or generate() cannot run
-    on a bare prompt (the runner probes then decide)."""
+    explicit positions, and (when those differ) against the loop without position ids, which must then agree.
+    XLM-RoBERTa-XL's prepare_inputs_for_generation derives them from the token content (from padding_idx + 1; a
+    pad-id token does not advance them). None when they agree, when the difference lies elsewhere (a recurrent
+    state) or when generate() cannot run on a bare prompt: the runner probes then decide."""
     normal = [i for i in range(3, 40) if i not in {getattr(model.config, n, None) for n in
                                                     ("pad_token_id", "bos_token_id", "eos_token_id")}]
     prompt = torch.tensor([normal[:6]], device=model.device)
@@ -74,10 +76,16 @@ def _own_positions_differ(model) -> str | None:
                            max_new_tokens=3, min_new_tokens=3, output_logits=True, return_dict_in_generate=True,
                            pad_token_id=normal[0], num_beams=1)
         got = torch.cat(out.logits).float()
-        ref = _own_generate_logits(model, out.sequences[:, :-1], prompt.shape[1])[prompt.shape[1] - 1 :]
+        seq, first = out.sequences[:, :-1], prompt.shape[1] - 1
+        ref = _own_generate_logits(model, seq, prompt.shape[1])[first:]
+        if got.shape != ref.shape or all(_agrees(a, b, model.dtype) for a, b in zip(got, ref)):
+            return None
+        # the same loop letting the model number positions itself must then agree: else the difference is
+        # elsewhere (a recurrent state, ...), and the runner probes say what
+        own = _own_generate_logits(model, seq, prompt.shape[1], positions=False)[first:]
     except Exception:  # noqa: BLE001 - a model its own generate() cannot run this way: the runner probes decide
         return None
-    if got.shape != ref.shape or all(_agrees(a, b, model.dtype) for a, b in zip(got, ref)):
+    if own.shape != got.shape or not all(_agrees(a, b, model.dtype) for a, b in zip(got, own)):
         return None
     return ("its own generate() passes other position ids than 0, 1, 2, ... (it derives them from the token "
             "content or adds an offset), which optimum-uag's runners do not reproduce")
