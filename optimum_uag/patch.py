@@ -6,6 +6,7 @@ import functools
 from transformers.generation.utils import GenerationMixin
 
 from .engine import assisted_generate
+from .registry import OWN_GENERATE
 
 _ORIGINAL: dict = {}  # class -> the generate() optimum-uag wrapped in it
 _EXTRA: list = []  # classes besides GenerationMixin whose own generate() is routed (see enable)
@@ -94,6 +95,9 @@ def _make_generate(original):
     @functools.wraps(original)
     def generate(self, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
                  prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None, **kwargs):
+        if OWN_GENERATE.get():  # optimum-uag's own probe of the model's generate() (runners/registry.py)
+            return original(self, inputs, generation_config, logits_processor, stopping_criteria,
+                            prefix_allowed_tokens_fn, synced_gpus, assistant_model, streamer, **kwargs)
         if assistant_model is None and not _wants_engine(None, generation_config, kwargs):
             assistant_model = _launch_assistant(self)
         if not _wants_engine(assistant_model, generation_config, kwargs):

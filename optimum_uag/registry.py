@@ -2,7 +2,12 @@
 quantization kind), off the user's objects: one weak-keyed registry, freed with the object."""
 from __future__ import annotations
 
+import contextvars
 import weakref
+
+# Set while optimum-uag calls a model's own generate() for itself (the runner probe): the routed generate() then
+# runs the original directly, never the launcher's drafting (no recursion into the engine)
+OWN_GENERATE = contextvars.ContextVar("optimum_uag_own_generate", default=False)
 
 _STATE: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 

@@ -100,16 +100,21 @@ def test_architecture_greedy_matches_target(model_type):
 
 
 def test_a_target_whose_generate_derives_positions_from_content_is_refused_by_name():
-    """XLM-RoBERTa-XL's own generate() numbers positions from padding_idx + 1 and skips pad-id tokens; every
-    runner passes 0, 1, 2, ...: as a target it is refused by name (its runner probes alone could not tell: they
-    compare against a loop with explicit positions); as an assistant it only proposes, and the output is exact."""
+    """transformers 4's XLM-RoBERTa-XL generate() numbers positions from padding_idx + 1 and skips pad-id tokens
+    (its prepare_inputs_for_generation); every runner passes 0, 1, 2, ...: as a target it is refused by name (its
+    runner probes alone could not tell: they compare against a loop with explicit positions). transformers 5
+    passes 0, 1, 2, ... itself: exact there. As an assistant it only proposes, and the output is exact."""
     warnings.filterwarnings("ignore")
     target = tiny_model("xlm-roberta-xl", 300, 0, dtype=torch.float64)
     llama = tiny_llama(300, 3).to(torch.float64)
     ids = torch.tensor([[5, 6, 7, 8]])
-    with pytest.raises(ValueError, match="XLMRobertaXLForCausalLM cannot be run by optimum-uag as a target: its own "
-                                         "generate\\(\\) passes other position ids"):
-        assisted_generate(target, llama, ids, max_new_tokens=4)
+    if transformers.__version__.startswith("4."):
+        with pytest.raises(ValueError, match="XLMRobertaXLForCausalLM cannot be run by optimum-uag as a target: its "
+                                             "own generate\\(\\) passes other position ids"):
+            assisted_generate(target, llama, ids, max_new_tokens=4)
+    else:
+        out = assisted_generate(target, llama, ids, max_new_tokens=8, num_assistant_tokens=3).sequences
+        assert torch.equal(out, _target_only(target, ids)[:, :12])
     out = assisted_generate(llama, target, ids, max_new_tokens=8, num_assistant_tokens=3).sequences
     assert torch.equal(out, llama.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                            max_new_tokens=8, min_new_tokens=8))
@@ -151,3 +156,26 @@ def test_speculative_sampling_matches_target_on_every_runner_kind(model_type, ki
     samples = (out.sequences[:, 4] * vocab + out.sequences[:, 5]).numpy()
     assert _chi2(samples, expected, n) > 0.01
     assert out.metrics.accepted_tokens > 0
+
+
+def test_the_position_probe_runs_the_models_own_generate_never_the_launchers_drafting(monkeypatch):
+    """The probe above calls the target's own generate(); under the launcher a routed generate() without
+    assistant_model would draft with --assistant_model, i.e. re-enter the engine for the same model (recursion).
+    The probe's call goes to the original generate() directly."""
+    import optimum_uag
+    from optimum_uag import patch
+    from optimum_uag.runners.registry import select_runner
+
+    calls = []
+    monkeypatch.setattr(patch, "_launch_assistant", lambda model: calls.append(model))
+    was = optimum_uag.is_enabled()
+    optimum_uag.enable()
+    try:
+        target = tiny_llama(300, 4)
+        assert select_runner(target) == "static"
+        assert calls == []
+        target.generate(input_ids=torch.tensor([[5, 6, 7]]), max_new_tokens=1)  # an ordinary call does ask it
+        assert calls == [target]
+    finally:
+        if not was:
+            optimum_uag.disable()

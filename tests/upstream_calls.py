@@ -32,17 +32,15 @@ def main():
                         help="prompts padded (left) and truncated to this length, as upstream's tokenization")
     parser.add_argument("--use_flash_attention", action="store_true")
     parser.add_argument("--flash_attention_causal_mask", action="store_true")
-    parser.add_argument("--flash_attention_fast_softmax", choices=["True", "False"], default=None)
+    parser.add_argument("--flash_attention_fast_softmax", nargs="?", const=None, default=None)
     parser.add_argument("--ignore_eos", default=True, action=argparse.BooleanOptionalAction)  # upstream's default
     parser.add_argument("--dataset_path", action="store_true",
                         help="generate() without assistant_model, as upstream's --dataset_name path calls it")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    # run_generation.py: fast softmax defaults to True with --use_flash_attention, else False
-    if args.flash_attention_fast_softmax is None:
-        args.flash_attention_fast_softmax = args.use_flash_attention
-    else:
-        args.flash_attention_fast_softmax = args.flash_attention_fast_softmax == "True"
+    # run_generation.py, as written there: True only with --use_flash_attention and the flag absent (any value given
+    # ends up False)
+    args.flash_attention_fast_softmax = args.use_flash_attention and args.flash_attention_fast_softmax is None
 
     # utils.setup_env
     os.environ.setdefault("EXPERIMENTAL_WEIGHT_SHARING", "FALSE")

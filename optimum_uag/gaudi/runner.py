@@ -6,12 +6,6 @@ import weakref
 import torch
 
 from ..registry import model_state
-
-# The largest attention mask one reuse_cache forward may build, in bytes: a prompt whose (B, 1, L, columns) mask in
-# the model's dtype would exceed it runs in chunks of a power of two (upstream's causal FusedSDPA builds none; our
-# mask is explicit: it hides holes). Never below MASK_ROWS rows, so a verify block or a draft tree is never split.
-MASK_BYTES = 1 << 28
-MASK_ROWS = 64
 from ..runners import local_config
 from ..runners.common import PROMPT_BUCKET, accepts
 from . import device as hpu
@@ -19,6 +13,13 @@ from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_widt
 from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism, final_norm,  # noqa: F401
                       forward_conventions, own_cache_bytes, refusal, restore_updates, text_config_of,
                       write_blocks_at_token_idx)
+
+
+# The largest attention mask one reuse_cache forward may build, in bytes: a prompt whose (B, 1, L, columns) mask in
+# the model's dtype would exceed it runs in chunks of a power of two (upstream's causal FusedSDPA builds none; our
+# mask is explicit: it hides holes). Never below MASK_ROWS rows, so a verify block or a draft tree is never split.
+MASK_BYTES = 1 << 28
+MASK_ROWS = 64
 
 
 class _OwnError(ValueError):
@@ -288,9 +289,9 @@ class GaudiModelRunner:
             logits = logits if logits_to_keep else logits[:, extra:]
             return (logits, out[1][:, extra:]) if hidden else logits
         step = length
-        if self.mechanism == "reuse_cache" and tree is None and length > MASK_ROWS:
+        rows = max(MASK_ROWS, MASK_BYTES // (batch * self.columns * self.dtype.itemsize))
+        if self.mechanism == "reuse_cache" and tree is None and length > rows:
             # issue 29, finding 10: a long prompt's mask (and the model's temporaries of that shape) in chunks
-            rows = max(MASK_ROWS, MASK_BYTES // (batch * self.columns * self.dtype.itemsize))
             step = 1 << (rows.bit_length() - 1)
         if self.mechanism == "reuse_cache" and length > self.columns - self.max_len:
             # upstream's attention takes the past length we report (columns - length) as kv_seq_len, the size of

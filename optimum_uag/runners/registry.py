@@ -2,6 +2,7 @@
 backends (Gaudi) register plan hooks that take over the models they own."""
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ..registry import model_state
+from ..registry import OWN_GENERATE, model_state
 from .common import accepts, cache_argument, local_attention_sizes, returned_cache
 from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
 from .packed import PackedCall, packed_weights
@@ -64,17 +65,22 @@ def _own_positions_differ(model) -> str | None:
     XLM-RoBERTa-XL's prepare_inputs_for_generation derives them from the token content (from padding_idx + 1; a
     pad-id token does not advance them). None when they agree, when the difference lies elsewhere (a recurrent
     state) or when generate() cannot run on a bare prompt: the runner probes then decide."""
-    normal = [i for i in range(3, 40) if i not in {getattr(model.config, n, None) for n in
-                                                    ("pad_token_id", "bos_token_id", "eos_token_id")}]
+    special = [t for t in (getattr(model.config, n, None) for n in ("pad_token_id", "bos_token_id", "eos_token_id"))
+               if isinstance(t, int)]
+    normal = [i for i in range(3, 40) if i not in special]
     prompt = torch.tensor([normal[:6]], device=model.device)
+    token = OWN_GENERATE.set(True)  # the model's own loop, never routed back to ours (patch.py)
     try:
+        config = copy.deepcopy(model.generation_config)
+        config.disable_compile = True  # (transformers 4.5x compiles the forward for a static/hybrid cache config)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            generate = type(model).generate
-            generate = getattr(generate, "_original", generate)  # its own loop, never routed back to ours
-            out = generate(model, input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                           max_new_tokens=3, min_new_tokens=3, output_logits=True, return_dict_in_generate=True,
-                           pad_token_id=normal[0], num_beams=1)
+            # special tokens suppressed: a content-derived numbering skips pad-id tokens (the raw logits are
+            # unchanged)
+            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config,
+                                 do_sample=False, max_new_tokens=3, min_new_tokens=3, output_logits=True,
+                                 return_dict_in_generate=True, pad_token_id=normal[0], num_beams=1,
+                                 suppress_tokens=special or None)
         got = torch.cat(out.logits).float()
         seq, first = out.sequences[:, :-1], prompt.shape[1] - 1
         ref = _own_generate_logits(model, seq, prompt.shape[1])[first:]
@@ -85,6 +91,8 @@ def _own_positions_differ(model) -> str | None:
         own = _own_generate_logits(model, seq, prompt.shape[1], positions=False)[first:]
     except Exception:  # noqa: BLE001 - a model its own generate() cannot run this way: the runner probes decide
         return None
+    finally:
+        OWN_GENERATE.reset(token)
     if own.shape != got.shape or not all(_agrees(a, b, model.dtype) for a, b in zip(got, own)):
         return None
     return ("its own generate() passes other position ids than 0, 1, 2, ... (it derives them from the token "
