@@ -50,7 +50,8 @@ def feature_head_table(bench: dict) -> str:
                          f"{_f(r.get('draft_share'), '{:.0%}')} | {exact} |")
     return "\n".join(lines) + (f"\n\n{bench['prompts']} held-out requests per group, {bench['max_new_tokens']} new "
                                f"tokens, fp32, eager, rows interleaved per prompt, median of {bench['repeats']} "
-                               f"repeats ({bench['date']}): `{bench['command']}`.")
+                               f"repeats ({bench['date']}): `{bench['command']}`."
+                               + (f" Merged: {bench['merged']}." if bench.get("merged") else ""))
 
 
 def _status(value, goal) -> str:

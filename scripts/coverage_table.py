@@ -27,8 +27,8 @@ NEW = 8
 
 def gaudi_models() -> set[str]:
     """Model folders of optimum-habana's transformers/models (read from disk: importing it needs Gaudi)."""
-    spec = importlib.util.find_spec("optimum")
-    for root in spec.submodule_search_locations or []:
+    spec = importlib.util.find_spec("optimum")  # (None where optimum-habana is not installed: transformers 5's venv)
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
         folder = Path(root) / "habana" / "transformers" / "models"
         if folder.is_dir():
             return {p.name for p in folder.iterdir() if p.is_dir()}
