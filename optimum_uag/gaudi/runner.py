@@ -289,10 +289,10 @@ class GaudiModelRunner:
             logits = logits if logits_to_keep else logits[:, extra:]
             return (logits, out[1][:, extra:]) if hidden else logits
         step = length
-        rows = max(MASK_ROWS, MASK_BYTES // (batch * self.columns * self.dtype.itemsize))
-        if self.mechanism == "reuse_cache" and tree is None and length > rows:
+        if self.mechanism == "reuse_cache" and tree is None and length > MASK_ROWS:
             # issue 29, finding 10: a long prompt's mask (and the model's temporaries of that shape) in chunks
-            step = 1 << (rows.bit_length() - 1)
+            rows = max(MASK_ROWS, MASK_BYTES // (batch * self.columns * self.dtype.itemsize))
+            step = length if length <= rows else 1 << (rows.bit_length() - 1)
         if self.mechanism == "reuse_cache" and length > self.columns - self.max_len:
             # upstream's attention takes the past length we report (columns - length) as kv_seq_len, the size of
             # its RoPE table (modeling_llama: kv_seq_len = past_key_value[0][-2]; cos[:seq_len][position_ids]):

@@ -44,9 +44,9 @@ def _probe_capacity(model) -> int:
 def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int, positions: bool = True) -> torch.Tensor:
     """Logits as the model's own generate() computes them: the prompt in one forward, then one token at a time
     on the model's own cache (positions=False: no position ids passed, the model derives its own)."""
-    positions = torch.arange(seq.shape[1], device=seq.device)[None] if positions else None
-    extra = ((lambda lo, hi: {"position_ids": positions[:, lo:hi]}) if positions is not None
-             and accepts(model, "position_ids") else (lambda lo, hi: {}))
+    ids = torch.arange(seq.shape[1], device=seq.device)[None]
+    extra = ((lambda lo, hi: {"position_ids": ids[:, lo:hi]}) if positions and accepts(model, "position_ids")
+             else (lambda lo, hi: {}))
     name = cache_argument(model) or "past_key_values"
     out = model(input_ids=seq[:, :prompt_len], use_cache=True, **extra(0, prompt_len))
     logits, past = [out.logits[0]], returned_cache(out)
@@ -83,18 +83,19 @@ def _own_positions_differ(model) -> str | None:
                                  suppress_tokens=special or None)
         got = torch.cat(out.logits).float()
         seq, first = out.sequences[:, :-1], prompt.shape[1] - 1
-        ref = _own_generate_logits(model, seq, prompt.shape[1])[first:]
-        if got.shape != ref.shape or all(_agrees(a, b, model.dtype) for a, b in zip(got, ref)):
+
+        def matches(positions: bool) -> bool:
+            ref = _own_generate_logits(model, seq, prompt.shape[1], positions)[first:]
+            return ref.shape == got.shape and all(_agrees(a, b, model.dtype) for a, b in zip(got, ref))
+
+        # differs with our positions, agrees when the model numbers them itself: else the difference is elsewhere
+        # (a recurrent state, ...), and the runner probes say what
+        if matches(True) or not matches(False):
             return None
-        # the same loop letting the model number positions itself must then agree: else the difference is
-        # elsewhere (a recurrent state, ...), and the runner probes say what
-        own = _own_generate_logits(model, seq, prompt.shape[1], positions=False)[first:]
     except Exception:  # noqa: BLE001 - a model its own generate() cannot run this way: the runner probes decide
         return None
     finally:
         OWN_GENERATE.reset(token)
-    if own.shape != got.shape or not all(_agrees(a, b, model.dtype) for a, b in zip(got, own)):
-        return None
     return ("its own generate() passes other position ids than 0, 1, 2, ... (it derives them from the token "
             "content or adds an offset), which optimum-uag's runners do not reproduce")
 
