@@ -71,16 +71,17 @@ def _own_positions_differ(model) -> str | None:
     prompt = torch.tensor([normal[:6]], device=model.device)
     token = OWN_GENERATE.set(True)  # the model's own loop, never routed back to ours (patch.py)
     try:
+        # everything on one config (transformers 5 logs a deprecation for a config plus generation kwargs); compile
+        # off (transformers 4.5x compiles the forward for a static/hybrid cache config); special tokens suppressed
+        # (a content-derived numbering skips pad-id tokens; the raw logits are unchanged)
         config = copy.deepcopy(model.generation_config)
-        config.disable_compile = True  # (transformers 4.5x compiles the forward for a static/hybrid cache config)
+        for key, value in dict(disable_compile=True, do_sample=False, max_new_tokens=3, min_new_tokens=3,
+                               output_logits=True, return_dict_in_generate=True, pad_token_id=normal[0], num_beams=1,
+                               suppress_tokens=special or None).items():
+            setattr(config, key, value)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # special tokens suppressed: a content-derived numbering skips pad-id tokens (the raw logits are
-            # unchanged)
-            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config,
-                                 do_sample=False, max_new_tokens=3, min_new_tokens=3, output_logits=True,
-                                 return_dict_in_generate=True, pad_token_id=normal[0], num_beams=1,
-                                 suppress_tokens=special or None)
+            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), generation_config=config)
         got = torch.cat(out.logits).float()
         seq, first = out.sequences[:, :-1], prompt.shape[1] - 1
 
