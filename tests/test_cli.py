@@ -439,3 +439,23 @@ def test_upstream_command_line_values_parse_as_upstream(monkeypatch):
     monkeypatch.setattr(generate, "_gaudi_installed", lambda: True)
     assert generate.parse([])[0].device == "hpu"
     assert generate.parse(["--emulate_hpu"])[0].device == "auto"
+
+
+def test_a_failing_comparison_row_is_left_out_with_a_note_and_ours_are_not():
+    """transformers 5.25's own UAG assisted generation raises inside the assistant's prefill (an empty block):
+    the main job leaves that comparison row out with a note naming it; a failure of any other row still ends the run."""
+    from optimum_uag.cli.harness import Method, run_side_by_side
+
+    enc = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
+    ok = Method(lambda e: torch.cat([e["input_ids"], torch.tensor([[8]])], 1))
+
+    def broken(e):
+        raise RuntimeError("cannot reshape tensor of 0 elements")
+
+    notes = []
+    rows = run_side_by_side({"target_only": ok, "transformers_assisted": Method(broken, optional="their row")},
+                            [enc], 1, 2, 0, lambda: None, set(), notes=notes)
+    assert set(rows) == {"target_only"} and rows["target_only"].tokens == 2
+    assert len(notes) == 1 and notes[0].startswith("their row failed on this run (RuntimeError: cannot reshape")
+    with pytest.raises(RuntimeError, match="cannot reshape"):
+        run_side_by_side({"target_only": ok, "optimum_uag": Method(broken)}, [enc], 1, 2, 0, lambda: None, set())

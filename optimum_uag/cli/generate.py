@@ -359,7 +359,8 @@ def _add_transformers_baseline(setup: Setup, methods: dict, gen_kwargs: dict) ->
             for key, value in saved.items():
                 setattr(config, key, value)
 
-    methods["transformers_assisted"] = Method(transformers_assisted, baseline_of=name)
+    methods["transformers_assisted"] = Method(transformers_assisted, baseline_of=name,
+                                              optional="transformers' own assisted generation (a comparison row)")
 
 
 def _same(a, b) -> bool:
@@ -382,7 +383,7 @@ def run_generate(argv=None) -> dict:
     eos = None if args.ignore_eos else setup.model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
     result = run_side_by_side(methods, encoded, args.warmup, args.n_iterations, args.seed, device_sync(setup.device),
-                              eos_ids, setup.emulator, greedy=not args.do_sample)
+                              eos_ids, setup.emulator, greedy=not args.do_sample, notes=setup.notes)
     return build_report(setup, result, source, encoded)
 
 

@@ -53,6 +53,9 @@ class Method:
     fn: Callable
     engine: bool = False  # optimum-uag: its metrics are collected
     baseline_of: str | None = None  # transformers' assisted generation on the same pair as this row
+    # a comparison row that may fail inside another library (transformers' own assisted generation): its failure
+    # leaves the row out with a note naming it, instead of ending the run; this says what the row is
+    optional: str | None = None
 
 
 @dataclass
@@ -83,15 +86,28 @@ def _call(method: Method, enc, sync, emulator, row: RowResult):
     return out, seconds
 
 
+def _drop_failed(methods: dict, rows: dict, name: str, err: Exception, notes) -> None:
+    """An optional row failed: left out of the run, with one line on stderr and in the notes (never silently)."""
+    first = str(err).strip().splitlines()[-1][:200] if str(err).strip() else ""
+    line = (f"{methods[name].optional} failed on this run ({type(err).__name__}: {first}); its row is left out "
+            "(optimum-uag's rows are unaffected)")
+    print(line, file=sys.stderr)
+    if notes is not None:
+        notes.append(line)
+    del methods[name], rows[name]
+
+
 def run_side_by_side(methods: dict, encoded: list, warmup: int, iterations: int, seed: int, sync, eos_ids,
-                     emulator=None, greedy: bool = True) -> dict:
+                     emulator=None, greedy: bool = True, notes: list | None = None) -> dict:
     """Every method on every batch, in turn on the same inputs and seed (like with like, one process). Untimed
-    first: `warmup` passes over the first batch and one over every other batch shape (captures, compilation)."""
+    first: `warmup` passes over the first batch and one over every other batch shape (captures, compilation).
+    An `optional` method that raises is dropped (see _drop_failed); any other failure ends the run."""
     import torch
     from tqdm.auto import tqdm
 
     from .. import distributed
 
+    methods = dict(methods)
     rows = {name: RowResult() for name in methods}
     shapes, warm = {tuple(encoded[0]["input_ids"].shape)}, [encoded[0]] * warmup
     for enc in encoded[1:]:
@@ -99,16 +115,27 @@ def run_side_by_side(methods: dict, encoded: list, warmup: int, iterations: int,
             shapes.add(tuple(enc["input_ids"].shape))
             warm.append(enc)
     for enc in warm:
-        for name, method in methods.items():
+        for name, method in list(methods.items()):
             torch.manual_seed(seed)
-            rows[name].warmup_seconds += _call(method, enc, sync, emulator, rows[name])[1]
+            try:
+                rows[name].warmup_seconds += _call(method, enc, sync, emulator, rows[name])[1]
+            except Exception as err:
+                if method.optional is None:
+                    raise
+                _drop_failed(methods, rows, name, err, notes)
     steps = [(it, b) for it in range(iterations) for b in range(len(encoded))]
     for it, b in tqdm(steps, desc="generate", disable=not sys.stderr.isatty() or distributed.rank() != 0):
         enc = encoded[b]
         prompt_len = enc["input_ids"].shape[1]
-        for name, method in methods.items():
+        for name, method in list(methods.items()):
             torch.manual_seed(seed + it)
-            out, seconds = _call(method, enc, sync, emulator, rows[name])
+            try:
+                out, seconds = _call(method, enc, sync, emulator, rows[name])
+            except Exception as err:
+                if method.optional is None:
+                    raise
+                _drop_failed(methods, rows, name, err, notes)
+                continue
             row = rows[name]
             row.last = out.sequences if hasattr(out, "sequences") else out
             row.seconds += seconds
