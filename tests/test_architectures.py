@@ -30,8 +30,6 @@ def _target_only(model, ids):
 
 # Architectures transformers' own assisted generation runs that optimum-uag refuses (by name, with the reason).
 KNOWN_GAPS = {
-    "inkling_text": "transformers 5's 'hybrid_sliding' layers (linear attention + a sliding window: a recurrent state "
-                    "that a position rewind cannot roll back) are not supported yet",
     "mimo_v2_flash": "transformers 5's MiMo-V2-Flash: the static runner's logits differ from its own forward (max "
                      "diff 0.33 on the tiny model; its per-layer sliding/attention-sink layout is not reproduced yet)",
 }
@@ -179,3 +177,46 @@ def test_the_position_probe_runs_the_models_own_generate_never_the_launchers_dra
     finally:
         if not was:
             optimum_uag.disable()
+
+
+@pytest.mark.skipif(not hasattr(transformers.DynamicCache, "activate_past_recording"),
+                    reason="recurrent caches roll back from transformers 5.25 (Cache.activate_past_recording)")
+def test_recurrent_targets_and_drafts_stay_exact_over_long_generations(monkeypatch):
+    """Mamba as target and as draft (same vocabulary, a copy of the target that is always accepted, and a UAG pair)
+    for 260 new tokens: the record of past states is trimmed in place (RECORD_LIMIT), rollbacks crop to a
+    recorded state, and a rollback before the record (the UAG draft re-reads its text) feeds the kept tokens anew;
+    every output equals the target's own generate()."""
+    import copy
+
+    from optimum_uag.runners import own_cache
+
+    counts = {"trim": 0, "restart": 0, "crop": 0}
+    for name, key in (("_trim_record", "trim"), ("_restart", "restart")):
+        original = getattr(own_cache.OwnCacheRunner, name)
+
+        def spy(self, *args, _original=original, _key=key):
+            counts[_key] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(own_cache.OwnCacheRunner, name, spy)
+    crop = own_cache.crop
+    monkeypatch.setattr(own_cache, "crop", lambda *a: (counts.__setitem__("crop", counts["crop"] + 1), crop(*a))[1])
+    warnings.filterwarnings("ignore")
+    tok, dtok = byte_level_bpe(), sentencepiece_bpe()
+    target = tiny_model("mamba", len(tok), 0)
+    pairs = {"copy": (copy.deepcopy(target), {}), "other": (tiny_model("mamba", len(tok), 1), {}),
+             "uag": (tiny_model("mamba", len(dtok), 2), dict(tokenizer=tok, assistant_tokenizer=dtok))}
+    ids = tok(TEXTS[0], return_tensors="pt").input_ids
+    new = 260
+    ref = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                          min_new_tokens=new)
+    for name, (draft, kwargs) in pairs.items():
+        out = assisted_generate(target, draft, ids, max_new_tokens=new, num_assistant_tokens=4, **kwargs)
+        assert torch.equal(out.sequences, ref), name
+        assert runner_kind(target) in ("per_row", "stepwise")  # stepwise: its multi-token blocks differ slightly
+    # as a draft for a Llama target (and the target's own output unchanged)
+    llama = tiny_llama(len(tok), 3).to(target.dtype)
+    ref = llama.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                         min_new_tokens=new)
+    assert torch.equal(assisted_generate(llama, target, ids, max_new_tokens=new, num_assistant_tokens=4).sequences, ref)
+    assert counts["trim"] > 0 and counts["restart"] > 0 and counts["crop"] > 0, counts

@@ -262,11 +262,15 @@ def test_train_draft_then_generate_with_the_head(tmp_path):
                 "--max_new_tokens", "12", "--output_dir", str(tmp_path / "out")], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert set(res["rows"]) >= {"target_only", "optimum_uag", "optimum_uag_uag", "transformers_assisted"}
+    assert set(res["rows"]) >= {"target_only", "optimum_uag", "optimum_uag_uag"}
+    # transformers 5.25's own UAG assisted generation raises on this pair (an empty assistant prefill): said in a note
+    failed = [n for n in res["notes"] if n.startswith("transformers' own assisted generation (a comparison row) failed")]
+    assert ("transformers_assisted" in res["rows"]) != bool(failed), (res["rows"].keys(), failed)
     assert res["rows"]["optimum_uag"]["outputs_match_target"] and res["rows"]["optimum_uag_uag"]["outputs_match_target"]
-    assert "speedup_vs_transformers_assisted" in res["rows"]["optimum_uag_uag"]
-    # every greedy row is compared with target-only, transformers' own included; every row has both ratios
-    assert res["rows"]["transformers_assisted"]["outputs_match_target"] is True
+    if not failed:
+        assert "speedup_vs_transformers_assisted" in res["rows"]["optimum_uag_uag"]
+        # every greedy row is compared with target-only, transformers' own included; every row has both ratios
+        assert res["rows"]["transformers_assisted"]["outputs_match_target"] is True
     for row in res["rows"].values():
         assert row["speedup_vs_best_target_only"] > 0 and row["speedup_vs_transformers_generate"] > 0
     # no length given: ours adapts, transformers runs its own default policy (set where it reads it)

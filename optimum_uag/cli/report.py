@@ -43,6 +43,19 @@ def row_summary(row, rows: dict, greedy: bool) -> dict:
     return out
 
 
+def _versions() -> dict:
+    """The library versions the numbers were measured with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("optimum-uag", "torch", "transformers", "optimum-habana"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
 def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
     """results.json: the main row's numbers at the top level (as before), every row under `rows`."""
     from .. import distributed
@@ -66,7 +79,7 @@ def build_report(setup, rows: dict, source: str, encoded: list) -> dict:
         "world_size": setup.world_size, "prompt_source": source, "notes": notes, "target": setup.target_path,
         "assistant": setup.drafts["optimum_uag"][2] if "optimum_uag" in setup.drafts else None,
         "uag_assistant": setup.drafts["optimum_uag_uag"][2] if "optimum_uag_uag" in setup.drafts else None,
-        "device": str(setup.device), "args": vars(args), "rows": summaries,
+        "device": str(setup.device), "versions": _versions(), "args": vars(args), "rows": summaries,
         "warmup_seconds": {name: row.warmup_seconds for name, row in rows.items()},
     }
     for key in ("tau", "acceptance_rate", "target_calls", "translate_share", "draft_share", "outputs_match_target",

@@ -118,6 +118,32 @@ def smollm2(
     return str(out)
 
 
+def _dequantized() -> dict:
+    """transformers >= 5.25 keeps GGUF weights in their blocks where a kernel exists: ask for dense weights."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:  # transformers before 5.25 always dequantizes
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
+def _drop_gguf_quantizer(model) -> None:
+    """A dequantized GGUF model is an ordinary dense model; transformers >= 5.25 still marks it quantized (and
+    refuses to save it): the mark goes, after checking that every weight is a plain floating tensor."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return
+    dense = getattr(quantizer.quantization_config, "dequantize", False) and all(
+        p.is_floating_point() for p in model.parameters())  # GGUF blocks are integer tensors
+    if not dense:
+        raise RuntimeError("transformers kept the GGUF weights quantized; optimum-uag needs them dequantized "
+                           "(transformers' GgufConfig(dequantize=True))")
+    model.hf_quantizer = None
+    for config in (model.config, getattr(model.config, "get_text_config", lambda: None)()):
+        if config is not None and hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+
+
 def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -125,7 +151,9 @@ def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:
     t0 = time.perf_counter()
     _say("dequantizing the Q4_1 GGUF with transformers (about 40 s, once) ...", progress)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, torch_dtype=torch.float32,
+                                                 **_dequantized())
+    _drop_gguf_quantizer(model)
     # The GGUF's tokenizer metadata maps eos/pad to <|im_start|> and adds it as a BOS; the original
     # SmolLM2-Instruct tokenizer adds nothing and ends a turn with <|im_end|> (id 2, the config's eos).
     tokenizer.add_bos_token = False

@@ -12,7 +12,7 @@ import torch
 
 from ..registry import OWN_GENERATE, model_state
 from .common import accepts, cache_argument, local_attention_sizes, returned_cache
-from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner
+from .own_cache import OwnCacheRunner, PerRowRunner, StepwiseRunner, records_past
 from .packed import PackedCall, packed_weights
 from .static import StaticCacheRunner
 
@@ -50,9 +50,12 @@ def _own_generate_logits(model, seq: torch.Tensor, prompt_len: int, positions: b
     name = cache_argument(model) or "past_key_values"
     out = model(input_ids=seq[:, :prompt_len], use_cache=True, **extra(0, prompt_len))
     logits, past = [out.logits[0]], returned_cache(out)
+    # a recurrent cache's model drops the mask after the prompt in its own generate() (Mamba scales the block's
+    # hidden states by it, so a full-length mask would broadcast): one row, nothing to mask
+    mask = (lambda i: {}) if records_past(past) else (  # noqa: E731
+        lambda i: {"attention_mask": torch.ones(1, i + 1, dtype=torch.long, device=seq.device)})
     for i in range(prompt_len, seq.shape[1]):
-        out = model(input_ids=seq[:, i : i + 1], **{name: past}, use_cache=True, **extra(i, i + 1),
-                    attention_mask=torch.ones(1, i + 1, dtype=torch.long, device=seq.device))
+        out = model(input_ids=seq[:, i : i + 1], **{name: past}, use_cache=True, **extra(i, i + 1), **mask(i))
         logits.append(out.logits[0])
         past = returned_cache(out)
     return torch.cat(logits).float()
@@ -177,7 +180,8 @@ def select_runner(model, strict: bool = True) -> str:
     raise ValueError(
         f"{name} cannot be run by optimum-uag: no runner reproduces its own forward with a rolled-back cache "
         f"({detail}). Target and assistant must be decoder-only transformers whose KV cache can be cut back "
-        "(recurrent / state-space models cannot); use model.generate() without an assistant for this model"
+        "(recurrent / state-space models: from transformers 5.25, which records their past states); use "
+        "model.generate() without an assistant for this model"
     )
 
 
