@@ -97,6 +97,43 @@ def test_tree_or_no_draft():
     assert sum(k > 0 for k in ks[10:]) <= 12  # probes: 5 of 2 rounds
 
 
+def test_a_probes_first_round_carries_the_catch_up_and_is_not_timed():
+    """The first drafting round after rounds without a draft also runs the draft over the tokens those rounds
+    committed (its catch-up): its seconds and tokens stay out of the tree's rate; one plain round (a refresh of t0)
+    leaves the next drafting round timed."""
+    policy = AdaptivePolicy(start_k=3, tree=True)
+    for k, seconds, tokens in [(0, 1.0, 1), (0, 1.0, 1), (0, 1.0, 1), (3, 2.0, 2), (3, 2.0, 2), (3, 2.0, 2)]:
+        policy.observe(k, seconds, tokens, 1, None)
+    rate = policy.tree_rate
+    for _ in range(8):
+        policy.observe(0, 1.0, 1, 1, None)
+    policy.observe(3, 9.0, 2, 1, None)  # the probe's first round: 8 tokens of catch-up
+    assert policy.tree_rate == rate
+    policy.observe(3, 2.0, 3, 1, None)  # the probe's second round is timed
+    assert policy.tree_rate > rate
+    policy.observe(0, 1.0, 1, 1, None)
+    policy.observe(3, 4.0, 2, 1, None)  # after a single plain round: timed
+    assert policy.tree_rate < rate
+
+
+def test_a_tree_that_pays_stays_on_although_its_tokens_per_round_vary():
+    """A tree worth 1.17x (2.05 t0 a round, 1-5 tokens a round, 2.4 on average; 10% time noise): drafted in most
+    rounds. Over a 10-round window the rate estimate swung enough to switch it off in a third of the rounds."""
+    import random
+    import statistics
+
+    shares = []
+    for seed in range(12):
+        rng, policy, ks = random.Random(seed), AdaptivePolicy(start_k=3, tree=True), []
+        for _ in range(300):
+            k = policy.next()
+            ks.append(k)
+            tokens = 1 if k == 0 else rng.choices([1, 2, 3, 4, 5], [0.4, 0.2, 0.15, 0.1, 0.15])[0]
+            policy.observe(k, (1.0 if k == 0 else 2.05) * rng.lognormvariate(0, 0.1), tokens, 1, None)
+        shares.append(sum(k > 0 for k in ks) / len(ks))
+    assert statistics.mean(shares) > 0.78, shares
+
+
 def test_batches_weigh_every_active_row():
     import random
 

@@ -18,7 +18,9 @@ always draft (one round's acceptance is noise), unless the measured cost alone r
 token accepted it would lose: then probes come only every 32 rounds); then a draft whose expected rate falls below
 0.97 of the rate without one is switched off, and a probe of two drafting rounds comes after 4, 8, 16, 32 rounds
 without one (with the K the estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a
-passage the draft knows bring it back (drafting resumes once its expected rate exceeds the rate without it). While
+passage the draft knows bring it back (drafting resumes once its expected rate exceeds the rate without it). The
+first drafting round after rounds without a draft is not timed (its acceptance counts): it also runs the draft
+over the tokens committed meanwhile, a cost of having stopped, not of drafting. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
 option against no draft, its tokens and time per round measured as they come.
 
@@ -28,12 +30,17 @@ before that round's draws, and a round without a draft is the target's own decod
 from __future__ import annotations
 
 EMA = 0.3  # weight of the newest round in the time averages
-DECAY = 0.9  # per drafting round, on acceptance counts and tree sums (text changes: code, prose, a quote)
+DECAY = 0.9  # per drafting round, on a chain's acceptance counts (text changes: code, prose, a quote)
+# per tree round, on its tokens and seconds: a tree round's tokens vary from 1 to depth + 1, so over ~10 rounds the
+# estimate swings ~20% and a tree worth 1.17x was switched off in a third of the rounds (0.63 drafting share,
+# 1.11x, simulated); over ~33 rounds 0.84 and 1.14x (tests/test_policy.py)
+TREE_DECAY = 0.97
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
 MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
 PROBE_ROUNDS = 2  # drafting rounds per probe
 OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
+CATCH_UP = 2  # rounds without a draft after which the next drafting round's time is the draft's catch-up's
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
 
 
@@ -170,6 +177,13 @@ class AdaptivePolicy:
             if k > 0:
                 self._count(k, accepted_hist)
             return
+        if k > 0 and self.without >= CATCH_UP:
+            # the first drafting round after rounds without a draft also runs the draft over the tokens those
+            # rounds committed (its catch-up): not a drafting round's time, so not timed (a probe after 32 plain
+            # rounds would otherwise look ~10-20% slower than drafting is, and drafting would stay off)
+            self.without, self.drafting = 0, self.drafting + 1
+            self._count(k, accepted_hist)
+            return
         if k == 0:
             self.t0 = seconds if self.t0 is None else (1 - EMA) * self.t0 + EMA * seconds
             self.plain_tokens = tokens if self.plain_tokens is None else (1 - EMA) * self.plain_tokens + EMA * tokens
@@ -179,7 +193,7 @@ class AdaptivePolicy:
         self.without = 0
         self.drafting += 1
         if self.tree:  # tokens and seconds of tree rounds as decayed sums: a ratio of means, not a mean of ratios
-            self.tree_sums = [DECAY * self.tree_sums[0] + tokens, DECAY * self.tree_sums[1] + seconds]
+            self.tree_sums = [TREE_DECAY * self.tree_sums[0] + tokens, TREE_DECAY * self.tree_sums[1] + seconds]
             self.tree_rate = self.tree_sums[0] / max(self.tree_sums[1], 1e-9)
             return
         if self.t0 is not None:  # (multi-card: rank 0's choice may draft before this rank timed a plain round)
