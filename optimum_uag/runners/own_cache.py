@@ -144,10 +144,10 @@ class OwnCacheRunner:
                 return
             if tokens.shape[0] > 1:
                 raise NotImplementedError("a recurrent / windowed cache cannot hold per-row holes: one row at a time")
-            # every later token's state recorded: multi-token blocks then also run token by token inside the
-            # model (its chunked scan does not start from a cached state), as its own decoding loop does
             if self.slot_of.shape[1] != tokens.shape[1]:
                 raise NotImplementedError("the cache turned recurrent after its first forward")
+            # every later token's state recorded: multi-token blocks then also run token by token inside the
+            # model (its chunked scan does not start from a cached state), as its own decoding loop does
             past.activate_past_recording(recurrent_states_to_keep=1 << 20)
             for layer in past.layers:  # transformers 5.25 gives a layer's states one shared history list
                 if isinstance(getattr(layer, "recurrent_states_history", None), dict):
