@@ -30,7 +30,7 @@ import torch
 from optimum_uag import assisted_generate, embedded_models
 from optimum_uag.engine.drafters import load_feature_head
 from optimum_uag.models import chat_prompts, smollm2
-from optimum_uag.models.chat_prompts import grounded_chat_prompts
+from optimum_uag.models.prompt_sets import grounded_chat_prompts
 from optimum_uag.runners.cost import verify_cost
 from optimum_uag.runners.packed import packed_weights
 

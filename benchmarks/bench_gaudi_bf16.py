@@ -51,7 +51,7 @@ def main() -> None:
         import optimum_uag.gaudi
         from optimum_uag import assisted_generate, embedded_models
         from optimum_uag.models import smollm2
-        from optimum_uag.models.chat_prompts import heldout_chat_prompts
+        from optimum_uag.models.prompt_sets import heldout_chat_prompts
 
         optimum_uag.gaudi.enable()
         from transformers import AutoModelForCausalLM, AutoTokenizer

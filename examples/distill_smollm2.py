@@ -2,7 +2,7 @@
 """Distil the two SmolLM2 drafts shipped with optimum-uag from SmolLM2-135M-Instruct itself, on CPU.
 
 Stages (each writes into --work_dir and appends to --work_dir/log.json; run in order or one at a time):
-  gen          SmolLM2 answers the training chat requests (optimum_uag.models.chat_prompts, disjoint from the
+  gen          SmolLM2 answers the training chat requests (optimum_uag.models.prompt_sets, disjoint from the
                held-out set): pass 0 greedy, then sampled passes (T=0.7, T=1.0) until --gen_minutes; the top-16
                log-probabilities of the target at every answer position are recorded on the way (logit distillation
                without a second teacher pass)
@@ -75,7 +75,7 @@ class TopKRecorder:
 def stage_gen(work: Path, minutes: float, batch: int) -> None:
     from transformers import LogitsProcessorList
 
-    from optimum_uag.models.chat_prompts import training_chat_prompts
+    from optimum_uag.models.prompt_sets import training_chat_prompts
 
     model, tok = teacher()
     tok.padding_side = "left"
@@ -355,7 +355,7 @@ def stage_eval(work: Path, n_prompts: int, max_new_tokens: int) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from optimum_uag import assisted_generate
-    from optimum_uag.models.chat_prompts import heldout_chat_prompts
+    from optimum_uag.models.prompt_sets import heldout_chat_prompts
 
     model, tok = teacher()
     results = {}

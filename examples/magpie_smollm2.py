@@ -34,7 +34,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from optimum_uag.models import smollm2
-    from optimum_uag.models.chat_prompts import heldout_chat_prompts
+    from optimum_uag.models.prompt_sets import heldout_chat_prompts
 
     path = smollm2()
     tok = AutoTokenizer.from_pretrained(path)

@@ -30,7 +30,7 @@ def main() -> None:
 
     from distill_smollm2 import text_chunks
     from optimum_uag.models import smollm2
-    from optimum_uag.models.chat_prompts import heldout_chat_prompts
+    from optimum_uag.models.prompt_sets import heldout_chat_prompts
 
     work = Path(args.work_dir)
     tok = AutoTokenizer.from_pretrained(smollm2())

@@ -19,7 +19,7 @@ def rows() -> list[dict]:
     from optimum_uag.testing import gaudi_classes
 
     refs = {}
-    for model_type in gaudi_classes.GAUDI_MODEL_TYPES:
+    for model_type in gaudi_classes.CHECKED:
         try:
             refs[model_type] = gaudi_classes.plain_reference(model_type)
         except Exception as err:  # noqa: BLE001

@@ -12,7 +12,7 @@ from helpers import skip_or_fail_in_ci
 
 from optimum_uag import assisted_generate
 from optimum_uag.models import SmolLM2Unavailable, embedded_models, smollm2
-from optimum_uag.models.chat_prompts import heldout_chat_prompts, training_chat_prompts
+from optimum_uag.models.prompt_sets import heldout_chat_prompts, training_chat_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,6 +24,17 @@ def test_chat_prompts_are_held_out_and_cover_the_categories():
     text = " ".join(held)
     for needle in ("Korean", "Arabic", "Japanese", "JSON", "Python", "JavaScript", "List "):
         assert needle in text, needle
+
+
+def test_chat_prompts_stays_a_function_after_the_prompt_module_is_imported():
+    """Its submodule was once named chat_prompts too: importing it replaced the package's function by the module
+    (a second `optimum_uag.models.chat_prompts()` raised "'module' object is not callable")."""
+    import importlib
+
+    import optimum_uag.models as models
+
+    importlib.import_module("optimum_uag.models.prompt_sets")
+    assert models.chat_prompts() == models.chat_prompts() == heldout_chat_prompts()
 
 
 def test_smollm2_without_network_names_the_command(tmp_path, monkeypatch):

@@ -33,14 +33,14 @@ def read_prompts(args) -> tuple[list, str]:
     if getattr(args, "dataset_name", None) not in (None, "embedded"):
         return read_dataset(args), f"dataset {args.dataset_name}"
     if getattr(args, "default_chat_prompts", False):
-        from ..models.chat_prompts import grounded_chat_prompts, heldout_chat_prompts
+        from ..models.prompt_sets import grounded_chat_prompts, heldout_chat_prompts
 
         args.use_chat_template = True
         n = args.dataset_max_samples if args.dataset_max_samples > 0 else 8
         chat, grounded = heldout_chat_prompts(), grounded_chat_prompts()
         mixed = [p for pair in zip(chat, grounded) for p in pair][:n]  # alternating: any prefix is a mix
         return mixed, (f"{n} held-out requests: chat and input-grounded (fix / rewrite / extract) alternating "
-                       "(optimum_uag.models.chat_prompts)")
+                       "(optimum_uag.models.prompt_sets)")
     from ..models import eval_prompts
 
     return eval_prompts(), "embedded held-out prompts"

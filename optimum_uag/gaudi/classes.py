@@ -3,6 +3,8 @@ which classes are refused and why, which compute something else than transformer
 how their KVCache modules are found, written at token_idx and put back."""
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..runners.common import accepts
@@ -20,11 +22,6 @@ def cache_mechanism(model) -> str | None:
 # optimum-habana 1.21.2 classes with a reuse_cache KV cache whose forward cannot take a block of L > 1 tokens at
 # arbitrary columns (a verify, a catch-up): refused by name, with the place in upstream's code that stops it
 REFUSED = {
-    "GaudiMistralForCausalLM": "its model forward takes the past length as 0 for the mask (modeling_mistral.py: "
-                               "past_key_values_length = 0 with reuse_cache), so a block over a filled cache is refused "
-                               "by its own 4D-mask check",
-    "GaudiFalconForCausalLM": "its model forward takes the past length as 0 whenever token_idx is given "
-                              "(modeling_falcon.py), so a block over a filled cache is refused by its own 4D-mask check",
     "GaudiGPTJForCausalLM": "its model forward flattens the attention mask to one row per sequence and adds a causal "
                             "bias that assumes the block fills the cache's last columns (modeling_gptj.py)",
     "GaudiGemma2ForCausalLM": "its allocate_kv_cache reads GaudiGemma2Attention.num_key_value_heads, which the "
@@ -38,6 +35,12 @@ REFUSED = {
     "GaudiDeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
                                   "dimension the runner's column map addresses",
 }
+# classes whose model forward takes the past length as 0 for its mask (Mistral: always; Falcon: whenever token_idx
+# is given), so our 4D mask over the whole cache fails the shape check of optimum-habana's
+# _gaudi_prepare_4d_causal_attention_mask (expected: L + 0 columns). Their modeling module's reference to that helper
+# is replaced (once, for the process) by one that reads the past length from a 4D mask's width: for a 2D mask, no
+# mask, or a 4D mask of the expected width (every call upstream makes) it is the same call
+PAST_FROM_MASK_WIDTH = {"GaudiMistralForCausalLM", "GaudiFalconForCausalLM"}
 # classes whose own forward (optimum-habana 1.21.2) differs from transformers' model of the same weights: assisted
 # generation reproduces the Gaudi class (what its own generate() gives), said once per call
 UPSTREAM_DIFFERS = {
@@ -61,6 +64,27 @@ def forward_conventions(model) -> tuple[bool, bool, type]:
     return additive, accepts(model, "cache_position") and not llama, torch.Size if llama else _Sizes
 
 
+def _prepare_4d_mask_past_from_width(attention_mask, input_shape, inputs_embeds, past_key_values_length,
+                                     sliding_window=None):
+    """optimum-habana's _gaudi_prepare_4d_causal_attention_mask, the past length taken from a 4D mask's width."""
+    from optimum.habana.transformers.modeling_attn_mask_utils import _gaudi_prepare_4d_causal_attention_mask
+
+    if attention_mask is not None and attention_mask.dim() == 4:
+        past_key_values_length = attention_mask.shape[-1] - input_shape[-1]
+    return _gaudi_prepare_4d_causal_attention_mask(attention_mask, input_shape, inputs_embeds, past_key_values_length,
+                                                   sliding_window=sliding_window)
+
+
+def read_past_from_mask_width(model) -> None:
+    """For a PAST_FROM_MASK_WIDTH class: its modeling module's mask helper reads the past length from a 4D mask's
+    width (idempotent; kept for the process: it only differs where the original raises)."""
+    if type(model).__name__ not in PAST_FROM_MASK_WIDTH:
+        return
+    module = sys.modules[type(model).__module__]
+    if getattr(module, "_gaudi_prepare_4d_causal_attention_mask", None) is not None:
+        module._gaudi_prepare_4d_causal_attention_mask = _prepare_4d_mask_past_from_width
+
+
 def refusal(model, max_len: int) -> str | None:
     """Why optimum-uag's Gaudi runner cannot run this optimum-habana class for sequences of `max_len` tokens (one
     line naming it), or None."""
@@ -68,6 +92,17 @@ def refusal(model, max_len: int) -> str | None:
     if name in REFUSED:
         return f"{name} cannot run in optimum-uag's static Gaudi runner: {REFUSED[name]}"
     config = text_config_of(model)
+    if name == "GaudiFalconForCausalLM" and getattr(config, "alibi", False):
+        return (f"{name} with ALiBi (config.alibi) cannot run in optimum-uag's static Gaudi runner: its model forward "
+                "builds the ALiBi bias from a 2D attention mask (modeling_falcon.py build_alibi_tensor), and a block "
+                "over a filled cache needs the runner's 4D mask")
+    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_kv_heads", None)
+    if (name == "GaudiFalconForCausalLM" and getattr(config, "new_decoder_architecture", False)
+            and kv_heads not in (8, heads)):
+        return (f"{name} with new_decoder_architecture and num_kv_heads={kv_heads} cannot run in optimum-uag's static "
+                "Gaudi runner: optimum-habana's attention broadcasts the keys to every head unless num_kv_heads is 8 "
+                "(modeling_falcon.py _split_heads) and then writes them into a cache of num_kv_heads heads "
+                "(optimum-habana's own reuse_cache generate() fails the same way)")
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     sliding = "sliding_attention" in layer_types if layer_types else getattr(config, "use_sliding_window", True)

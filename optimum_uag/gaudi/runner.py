@@ -11,8 +11,8 @@ from ..runners.common import PROMPT_BUCKET, accepts
 from . import device as hpu
 from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_width, _width  # noqa: F401 (MARGIN)
 from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism, final_norm,  # noqa: F401
-                      forward_conventions, own_cache_bytes, refusal, restore_updates, text_config_of,
-                      write_blocks_at_token_idx)
+                      forward_conventions, own_cache_bytes, read_past_from_mask_width, refusal, restore_updates,
+                      text_config_of, write_blocks_at_token_idx)
 
 
 # The largest attention mask one reuse_cache forward may build, in bytes: a prompt whose (B, 1, L, columns) mask in
@@ -61,6 +61,7 @@ class GaudiModelRunner:
         reason = refusal(model, max_len)
         if reason is not None:
             raise ValueError(reason)
+        read_past_from_mask_width(model)  # (Mistral, Falcon: their mask helper takes the past length as 0)
         if type(model).__name__ in UPSTREAM_DIFFERS:
             import warnings
 

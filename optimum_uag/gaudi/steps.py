@@ -61,7 +61,8 @@ def make_runner(model, batch_size: int, capacity: int, pad: torch.Tensor, role: 
             "on Gaudi: its attention builds a causal mask only for a block without a past, so verifying K draft "
             "tokens takes K+1 sequential forwards and can only be slower than generate() without a draft. Use it "
             "as the assistant_model, or a target whose optimum-habana class runs on the reuse_cache path (Llama, "
-            "Qwen2, Qwen3, Gemma: docs/gaudi.md lists every class), or run this target without assistant_model")
+            "Qwen2, Qwen3, Gemma, Mistral, Falcon: docs/gaudi.md lists every class), or run this target without "
+            "assistant_model")
     if mechanism is None:
         # (no prepacked CPU kernels: the model runs on the HPU's own; runners/packed.py is a CPU path)
         return PlainModelOnGaudi(default_runner(model, batch_size, capacity, pad, role, packed=False),

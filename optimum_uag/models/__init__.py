@@ -47,6 +47,6 @@ def load_embedded(name: str = "assistant", dtype=None):
 
 def chat_prompts() -> list[str]:
     """Held-out chat requests for SmolLM2-Instruct (code, explanations, translation, lists, JSON, writing)."""
-    from .chat_prompts import heldout_chat_prompts
+    from .prompt_sets import heldout_chat_prompts
 
     return heldout_chat_prompts()

@@ -18,6 +18,18 @@ GAUDI_MODEL_TYPES = (
     "gpt_neo", "gpt_neox", "gpt_oss", "gptj", "llama", "mistral", "mixtral", "mllama", "mpt", "opt", "persimmon", "phi",
     "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "stablelm", "starcoder2", "xglm",
 )
+# variants of those types whose Gaudi code paths differ: (model_type, config overrides). The tiny "falcon" has
+# new_decoder_architecture with 2 of 4 KV heads (refused: optimum-habana's attention fails there); the released
+# layouts: Falcon-7B (multi-query), Falcon-40B/180B (new_decoder_architecture, 8 KV heads); ALiBi (refused by name);
+# Mistral without a sliding window (with one, refused past the window)
+GAUDI_VARIANTS = {
+    "falcon-7b-layout": ("falcon", dict(new_decoder_architecture=False, multi_query=True, alibi=False)),
+    "falcon-40b-layout": ("falcon", dict(new_decoder_architecture=True, num_attention_heads=16, num_kv_heads=8,
+                                         hidden_size=64, head_dim=4)),
+    "falcon-alibi": ("falcon", dict(alibi=True, new_decoder_architecture=False, multi_query=True)),
+    "mistral-nowindow": ("mistral", dict(sliding_window=None)),
+}
+CHECKED = GAUDI_MODEL_TYPES + tuple(GAUDI_VARIANTS)
 VOCAB = 64
 NEW = 20
 PROMPT = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [0, 0, 3, 4, 5, 6, 7]])
@@ -30,16 +42,32 @@ def plain_reference(model_type: str) -> dict:
     class to look up once optimum-habana has patched transformers."""
     from .architectures import tiny_model
 
-    model = tiny_model(model_type, VOCAB, seed=1, dtype=torch.float32)
+    base, overrides = GAUDI_VARIANTS.get(model_type, (model_type, {}))
+    model = tiny_model(base, VOCAB, seed=1, dtype=torch.float32, **overrides)
     with torch.no_grad():
         out = model.generate(PROMPT, attention_mask=MASK, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
     return {"model_type": model_type, "config": model.config, "state": model.state_dict(), "greedy": out,
             "module": type(model).__module__, "name": type(model).__name__}
 
 
+def _take_the_hpu_rope_branch(module) -> None:
+    """optimum-habana's Mistral applies RoPE with FusedRoPE and position_ids when its tensors are on an HPU; its CPU
+    fallback calls transformers' apply_rotary_pos_emb on the whole table without position_ids (it fails on any CPU
+    run of the class). The emulator keeps tensors on the CPU: here the class takes the branch it takes on a Gaudi
+    (apply_customized_rope_module, the emulator's FusedRoPE)."""
+    if "mistral" in module.__name__ and hasattr(module, "apply_customized_rope"):
+        from optimum.habana.transformers.models.modeling_all_models import apply_customized_rope_module
+
+        def on_hpu(q, k, cos, sin, position_ids, training=True):
+            return apply_customized_rope_module(q, k, cos, sin, position_ids, training)
+
+        module.apply_customized_rope = on_hpu
+
+
 def gaudi_instance(ref: dict):
     """The class adapt_transformers_to_gaudi() put in place of the plain one, with the reference's weights."""
     cls = getattr(importlib.import_module(ref["module"]), ref["name"])
+    _take_the_hpu_rope_branch(importlib.import_module(cls.__module__))
     model = cls(ref["config"])
     model.load_state_dict(ref["state"], strict=False)
     return model.eval()
