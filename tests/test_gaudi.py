@@ -526,8 +526,10 @@ def test_fp8_inc_gaudi_target_with_reuse_cache(plain, emu, gaudi_models, tmp_pat
 def test_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, batch):
     """A feature head reads the Gaudi target's hidden states from its static-shape verify forwards (HPU graphs,
     reuse_cache, prompt blocks bucketed): greedy output equals the target's, target captures stay bounded."""
+    from optimum_uag.engine.config import DEFAULT_TREE
+
     target, head = gaudi_models["target"], plain["feature_head"]
-    captured = []
+    captured, width = [], DEFAULT_TREE.nodes + 1
     for max_new in (16, 24):
         emu.reset_counters(clear_graphs=True)
         out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
@@ -541,19 +543,21 @@ def test_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, ba
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_feature_head_tree_on_gaudi_target_equals_target(plain, emu, gaudi_models, batch):
-    """Draft trees on the Gaudi runner (reuse_cache): one [root, 12 nodes] verify block per round with a tree mask
+    """Draft trees on the Gaudi runner (reuse_cache): one [root, nodes] verify block per round with a tree mask
     over the cache columns, the rejected nodes hidden by the slot map (no key / value moves): greedy output equals
     the target's, the target's graph captures are the prefill and the one tree bucket whatever max_new_tokens,
     and the accepted tokens equal the plain target's with the same tree (the same features and verdicts)."""
+    from optimum_uag.engine.config import DEFAULT_TREE
+
     target, head = gaudi_models["target"], plain["feature_head"]
-    captured = []
+    captured, width = [], DEFAULT_TREE.nodes + 1
     for max_new in (16, 24):
         emu.reset_counters(clear_graphs=True)
         out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
                                 do_sample=False, draft_tree=True, **GAUDI)
         assert torch.equal(out.sequences, plain[f"greedy{batch}"][:, : out.sequences.shape[1]])
         captured.append(emu.captures.get("target", 0))
-        assert out.metrics.tree_rounds == out.metrics.target_calls - 1 and (batch, 13) in out.metrics.target_shapes
+        assert out.metrics.tree_rounds == out.metrics.target_calls - 1 and (batch, width) in out.metrics.target_shapes
     assert captured[0] == captured[1] <= 2  # prefill + the tree bucket
     assert out.metrics.accepted_tokens == plain["tree_accepted"][batch] > 0
 

@@ -195,6 +195,6 @@ def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
     assert "speedup_vs_transformers_assisted" in res["rows"]["optimum_uag_uag"]
     assert res["best_target_only"] == "target_only_packed"  # the fastest target-only path on a CPU
     assert res["rows"]["target_only_packed"]["outputs_match_target"] is True
-    assert res["rows"]["optimum_uag"]["draft_tree"] == [[4, 4, 12]]  # the head drafts the default tree
+    assert res["rows"]["optimum_uag"]["draft_tree"] == [[3, 2, 5]]  # the head drafts the default tree
     assert "input-grounded" in res["prompt_source"]
     assert "optimum-uag UAG" in proc.stdout and "fastest target-only path" in proc.stdout and "tau" in proc.stdout

@@ -12,6 +12,7 @@ from optimum_uag.engine.state import DecodingState, Proposal
 from optimum_uag.engine.tree import Tree, TreeShape, ancestor_matrix, tree_accept
 from optimum_uag.engine.verify import Verifier
 from optimum_uag.engine.commit import commit
+from optimum_uag.engine.config import DEFAULT_TREE
 from optimum_uag.runners.registry import make_runner
 
 from test_engine import batch, reference
@@ -86,7 +87,7 @@ def test_tree_verify_accepts_the_true_branch_and_keeps_the_cache_exact(embedded,
     assert torch.equal(state.sequences()[:, : ref.shape[1]], ref)
 
 
-@pytest.mark.parametrize("shape", [dict(), dict(tree_depth=3, tree_top_k=2, tree_nodes=5),
+@pytest.mark.parametrize("shape", [dict(), dict(tree_depth=4, tree_top_k=4, tree_nodes=12),
                                    dict(tree_depth=6, tree_top_k=3, tree_nodes=20)])
 @pytest.mark.parametrize("lookup", [0, 6])
 @pytest.mark.parametrize("draft_vocab", [None, 300])
@@ -97,7 +98,7 @@ def test_head_tree_matches_target_batch(embedded, prompts, shape, lookup, draft_
     out = assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup,
                             draft_tree=True, **shape)
     assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
-    nodes = shape.get("tree_nodes", 12)
+    nodes = shape.get("tree_nodes", DEFAULT_TREE.nodes)
     assert (3, nodes + 1) in out.metrics.target_shapes  # the verify ran the tree's bucket
 
 
@@ -120,8 +121,9 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
     tree = assisted_generate(model, head, ids, mask, max_new_tokens=12)
     chain = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3,
                               prompt_lookup_num_tokens=0)
-    assert (1, 13) in tree.metrics.target_shapes
-    assert (1, 4) in chain.metrics.target_shapes and (1, 13) not in chain.metrics.target_shapes
+    width = DEFAULT_TREE.nodes + 1
+    assert (1, width) in tree.metrics.target_shapes
+    assert (1, 4) in chain.metrics.target_shapes and (1, width) not in chain.metrics.target_shapes
     forced = assisted_generate(model, head, ids, mask, max_new_tokens=12, num_assistant_tokens=3, draft_tree=True,
                                tree_nodes=8)
     assert (1, 9) in forced.metrics.target_shapes
@@ -141,7 +143,7 @@ def test_fallback_to_a_chain_is_printed(embedded, prompts):
     assert any("drafting a chain instead of a tree: logits processors" in str(w.message) for w in seen)
     assert torch.equal(out.sequences, model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
                                                      repetition_penalty=1.3, pad_token_id=tok.pad_token_id))
-    assert (1, 13) not in out.metrics.target_shapes
+    assert (1, DEFAULT_TREE.nodes + 1) not in out.metrics.target_shapes
     draft, _ = embedded["assistant_same_tokenizer"]
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

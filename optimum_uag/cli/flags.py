@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..engine.config import DEFAULT_TREE
 from ..upstream_flags import add_upstream_flags
 
 
@@ -46,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
                         "given (a chain for batches on a CPU); off drafts a chain of K; a `--tree_*` flag asks for a "
                         "tree as `on` does")
-    p.add_argument("--tree_depth", type=int, default=None, help="levels below the root (default 4)")
-    p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width (default 4)")
-    p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket (default 12)")
+    p.add_argument("--tree_depth", type=int, default=None, help=f"levels below the root (default {DEFAULT_TREE.depth})")
+    p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width "
+                   f"(default {DEFAULT_TREE.top_k})")
+    p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket "
+                   f"(default {DEFAULT_TREE.nodes})")
     p.add_argument("--assistant_confidence_threshold", type=float, default=0.4)
     add_prompt_flags(p)
     p.add_argument("--num_return_sequences", type=int, default=1, help="samples per prompt (with --do_sample)")

@@ -12,10 +12,12 @@ from .tree import TreeShape
 
 SCHEDULES = ("constant", "heuristic", "confidence")
 DRAFT_POLICIES = ("adaptive", "fixed")
-# A feature head's default draft tree (EAGLE-2), measured on SmolLM2 on this 2-core CPU against the prepacked
-# target-only path (4 tuning requests, paired per request): (4,3,8) 1.13x, (4,4,12) 1.13x (tau 1.91), (5,4,16)
-# 0.93x, (6,4,24) 0.85x: a verify of 13 tokens costs ~1.4 one-token forwards here, of 25 ~1.9 (docs/benchmarks.md)
-DEFAULT_TREE = TreeShape(depth=4, top_k=4, nodes=12)
+# A feature head's default draft tree (EAGLE-2), measured on SmolLM2 + its shipped head on this 2-core CPU against the
+# prepacked target-only path, fixed trees, rows interleaved (2026-12-03; benchmarks/results/tree_sweep.json):
+# held-out chat (6 requests, 2 repeats) (3,2,5) 1.30x tau 2.07, (3,3,6) 1.27x, (4,3,8) 1.23x, (5,3,10) 1.21x,
+# (4,4,12) 1.19x tau 2.45; training-set requests (6, 3 repeats) (3,2,5) best again. A verify costs ~1.2 one-token
+# forwards at 6 tokens and ~1.6 at 21 here: a wider tree's extra tau does not pay on this CPU
+DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
