@@ -35,6 +35,22 @@ REFUSED = {
     "GaudiDeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
                                   "dimension the runner's column map addresses",
 }
+def _falcon_refusal(config) -> str | None:
+    if getattr(config, "alibi", False):
+        return ("with ALiBi (config.alibi) cannot run in optimum-uag's static Gaudi runner: its model forward builds "
+                "the ALiBi bias from a 2D attention mask (modeling_falcon.py build_alibi_tensor), and a block over a "
+                "filled cache needs the runner's 4D mask")
+    kv_heads = getattr(config, "num_kv_heads", None)
+    if getattr(config, "new_decoder_architecture", False) and kv_heads not in (8, config.num_attention_heads):
+        return (f"with new_decoder_architecture and num_kv_heads={kv_heads} cannot run in optimum-uag's static Gaudi "
+                "runner: optimum-habana's attention broadcasts the keys to every head unless num_kv_heads is 8 "
+                "(modeling_falcon.py _split_heads) and then writes them into a cache of num_kv_heads heads "
+                "(optimum-habana's own reuse_cache generate() fails the same way)")
+    return None
+
+
+# classes refused for some configurations only: a function of the text config, the reason or None
+CONFIG_REFUSALS = {"GaudiFalconForCausalLM": _falcon_refusal}
 # classes whose model forward takes the past length as 0 for its mask (Mistral: always; Falcon: whenever token_idx
 # is given), so our 4D mask over the whole cache fails the shape check of optimum-habana's
 # _gaudi_prepare_4d_causal_attention_mask (expected: L + 0 columns). Their modeling module's reference to that helper
@@ -92,17 +108,9 @@ def refusal(model, max_len: int) -> str | None:
     if name in REFUSED:
         return f"{name} cannot run in optimum-uag's static Gaudi runner: {REFUSED[name]}"
     config = text_config_of(model)
-    if name == "GaudiFalconForCausalLM" and getattr(config, "alibi", False):
-        return (f"{name} with ALiBi (config.alibi) cannot run in optimum-uag's static Gaudi runner: its model forward "
-                "builds the ALiBi bias from a 2D attention mask (modeling_falcon.py build_alibi_tensor), and a block "
-                "over a filled cache needs the runner's 4D mask")
-    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_kv_heads", None)
-    if (name == "GaudiFalconForCausalLM" and getattr(config, "new_decoder_architecture", False)
-            and kv_heads not in (8, heads)):
-        return (f"{name} with new_decoder_architecture and num_kv_heads={kv_heads} cannot run in optimum-uag's static "
-                "Gaudi runner: optimum-habana's attention broadcasts the keys to every head unless num_kv_heads is 8 "
-                "(modeling_falcon.py _split_heads) and then writes them into a cache of num_kv_heads heads "
-                "(optimum-habana's own reuse_cache generate() fails the same way)")
+    reason = CONFIG_REFUSALS.get(name, lambda config: None)(config)
+    if reason is not None:
+        return f"{name} {reason}"
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     sliding = "sliding_attention" in layer_types if layer_types else getattr(config, "use_sliding_window", True)

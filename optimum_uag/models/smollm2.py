@@ -156,8 +156,7 @@ def _portable_tokenizer_config(path: Path) -> None:
     if config.get("tokenizer_class") != "TokenizersBackend":
         return  # written by transformers 4 (its own class), or already rewritten
     fixed = dict(config, tokenizer_class="PreTrainedTokenizerFast", add_bos_token=False, add_eos_token=False)
-    if fixed != config:
-        file.write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    file.write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _convert(gguf_dir: Path, out: Path, progress: bool) -> None:

@@ -78,6 +78,7 @@ class OwnCacheRunner:
         self.calls = 0
         self.recorded = None  # recording caches: tokens recorded since the last crop (None: not recording)
         self.fed = None  # recording caches (one row): the tokens in the cache, to feed again (_restart)
+        self.unpadded = False  # recording caches: the row holds no padding column (its mask would be all ones)
 
     def _rollback(self, start: torch.Tensor) -> None:
         slot_of = self.slot_of.masked_fill(self.slot_of >= start[:, None], -1)
@@ -153,6 +154,8 @@ class OwnCacheRunner:
                 if isinstance(getattr(layer, "recurrent_states_history", None), dict):
                     layer.recurrent_states_history = {i: [] for i in layer.recurrent_states_history}
             self.recorded, self.fed = 0, tokens
+            # (once, not a host sync per forward: later slots only grow, and a rollback crops)
+            self.unpadded = not bool((self.slot_of < self.pad[:, None]).any())
             return
         self.recorded += tokens.shape[1]
         self.fed = torch.cat([self.fed, tokens], 1)
@@ -171,9 +174,9 @@ class OwnCacheRunner:
         self.slot_of = torch.cat([self.slot_of, slots], 1)
         kwargs = dict(input_ids=tokens, attention_mask=(self.slot_of >= self.pad[:, None]).long(), use_cache=True,
                       **self.keep.kwargs(logits_to_keep))
-        if self.recorded is not None and bool(kwargs["attention_mask"].all()):
-            # one row without padding or holes: no mask, as the model's own decoding loop (Mamba multiplies the
-            # block's hidden states by a mask it expects block-sized)
+        if self.recorded is not None and self.unpadded:
+            # one row without padding columns (a recording cache has no holes: a rollback crops): no mask, as the
+            # model's own decoding loop (Mamba multiplies the block's hidden states by a mask it expects block-sized)
             del kwargs["attention_mask"]
         if self.positions:  # padded slots get position 0: absolute position tables have no negative rows
             kwargs["position_ids"] = (slots - self.pad[:, None]).clamp_min(0)

@@ -58,10 +58,7 @@ def _take_the_hpu_rope_branch(module) -> None:
     if "mistral" in module.__name__ and hasattr(module, "apply_customized_rope"):
         from optimum.habana.transformers.models.modeling_all_models import apply_customized_rope_module
 
-        def on_hpu(q, k, cos, sin, position_ids, training=True):
-            return apply_customized_rope_module(q, k, cos, sin, position_ids, training)
-
-        module.apply_customized_rope = on_hpu
+        module.apply_customized_rope = apply_customized_rope_module  # (same signature)
 
 
 def gaudi_instance(ref: dict):
