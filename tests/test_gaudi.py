@@ -1098,7 +1098,8 @@ def test_the_class_list_is_every_class_optimum_habana_installs(plain, emu):
 # what each class does under the emulator on this stack (optimum-habana 1.21.2, transformers 4.55): a change is a
 # finding either way (docs/gaudi.md's table is generated from the same check: scripts/gaudi_table.py)
 EXACT_BOTH = {"llama", "qwen2", "qwen3", "gemma", "mistral-nowindow", "falcon-7b-layout", "falcon-40b-layout"}
-EXACT_DRAFT_ONLY = {"gpt_neox", "gpt_neo", "gpt2"}  # token_idx classes: refused as targets (K+1 sequential forwards)
+EXACT_DRAFT_ONLY = {"gpt_neox", "gpt_neo", "gpt2", "mllama"}  # token_idx classes: refused as targets (K+1 sequential
+# forwards)
 
 
 @pytest.mark.parametrize("model_type", gaudi_classes.CHECKED)
@@ -1143,6 +1144,33 @@ def test_a_runner_that_fails_to_start_leaves_the_model_as_it_was(plain, emu, mon
     assert all(vars(m).get("update") is not None for m in modules)  # (Qwen2's KVCache: ours while open)
     runner.close()
     assert all("update" not in vars(m) for m in modules)
+
+
+def test_pooled_caches_and_their_graphs_are_bounded(plain, emu):
+    """Issue 29, finding 9: a long-lived process serving mixed shapes keeps at most POOLED caches per model; the
+    least recently used goes with its HPU graphs, and a shape used again keeps its cache (the graphs read it)."""
+    from optimum_uag.gaudi.cache import POOLED, _pool
+    from optimum_uag.gaudi.runner import GaudiModelRunner
+    from optimum_uag.registry import model_state
+
+    model = gaudi_classes.gaudi_instance(plain["classes"]["qwen2"])
+    lengths = [24, 60, 140, 300, 700, 1500]  # each over twice the last: no pooled cache is wide enough to share
+    keys, cleared = [], []
+    for i, max_len in enumerate(lengths):
+        runner = GaudiModelRunner(model, 1, max_len, torch.tensor([0]), lazy_mode=True, hpu_graphs=True)
+        keys.append((runner.mechanism, 1, runner.columns, runner.dtype))
+        step = model_state(model)["graph_steps"][keys[-1]]
+        step.clear_cache = (lambda key: lambda: cleared.append(key))(keys[-1])  # (a graph wrapper's own method)
+        runner.close()
+        assert len(_pool(model)) == min(i + 1, POOLED)
+        if i == 1:  # the first shape again: kept, now the most recently used
+            again = GaudiModelRunner(model, 1, lengths[0], torch.tensor([0]), lazy_mode=True, hpu_graphs=True)
+            assert again.columns == keys[0][2] and len(_pool(model)) == 2
+            again.close()
+    assert len(set(keys)) == len(lengths)
+    # evicted oldest first by use: keys[1] (keys[0] was used after it), then keys[0], keys[2]
+    assert cleared == [keys[1], keys[0]], cleared
+    assert set(_pool(model)) == set(keys[2:]) == set(model_state(model)["graph_steps"])
 
 
 def test_sliding_window_refusal_reads_the_layer_types(plain, emu):

@@ -28,9 +28,9 @@ class GaudiOptions:
     flash_attention_recompute: bool = False
     attn_softmax_bf16: bool = False  # eager attention's softmax in bf16 (modeling_llama: attn_softmax_bf16)
     flash_attention_fast_softmax: bool = False  # FusedSDPA's fast softmax mode
-    iteration_times: list | None = None  # upstream's generate() fills it: seconds per round (the first from entry)
-    profiler: object = None  # upstream's HabanaProfile: start(), step() per round, stop()
-    bucket_size: int = 0  # cache widths are multiples of it (else powers of two)
+    iteration_times: list | None = None  # upstream's generate() fills it: seconds per generated token (steps.RoundTimes)
+    profiler: object = None  # upstream's HabanaProfile: start(), step() per generated token, stop()
+    bucket_size: int = 0  # the target's cache width is a multiple of it (else of cache.MARGIN)
     limit_hpu_graphs: bool = False  # the prompt's forward runs outside HPU graphs (upstream: first token bypassed)
     clear_hpu_graphs_cache: bool = False  # with limit_hpu_graphs, bucket_internal and no reuse_cache (as upstream):
     # graphs dropped at the end of the call

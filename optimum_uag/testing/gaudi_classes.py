@@ -29,6 +29,13 @@ GAUDI_VARIANTS = {
     "falcon-alibi": ("falcon", dict(alibi=True, new_decoder_architecture=False, multi_query=True)),
     "mistral-nowindow": ("mistral", dict(sliding_window=None)),
 }
+# sizes the generic tiny ones do not satisfy in fp32 on transformers 4.55: DeepSeek's MLA takes as many KV heads as
+# query heads (its attention does not repeat them), V3's head_dim is its RoPE part and its expert groups must divide
+# the tiny expert count
+GAUDI_OVERRIDES = {
+    "deepseek_v2": dict(num_key_value_heads=4),
+    "deepseek_v3": dict(num_key_value_heads=4, head_dim=4, n_group=2, topk_group=1),
+}
 CHECKED = GAUDI_MODEL_TYPES + tuple(GAUDI_VARIANTS)
 VOCAB = 64
 NEW = 20
@@ -42,12 +49,26 @@ def plain_reference(model_type: str) -> dict:
     class to look up once optimum-habana has patched transformers."""
     from .architectures import tiny_model
 
-    base, overrides = GAUDI_VARIANTS.get(model_type, (model_type, {}))
-    model = tiny_model(base, VOCAB, seed=1, dtype=torch.float32, **overrides)
+    base, overrides = GAUDI_VARIANTS.get(model_type, (model_type, GAUDI_OVERRIDES.get(model_type, {})))
+    model = _mllama_text() if base == "mllama" else tiny_model(base, VOCAB, seed=1, dtype=torch.float32, **overrides)
     with torch.no_grad():
         out = model.generate(PROMPT, attention_mask=MASK, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
     return {"model_type": model_type, "config": model.config, "state": model.state_dict(), "greedy": out,
             "module": type(model).__module__, "name": type(model).__name__}
+
+
+def _mllama_text():
+    """MllamaForCausalLM, the text decoder optimum-habana replaces (its "mllama" config is the vision + text
+    composite): a tiny one from MllamaTextConfig, one cross-attention layer (idle without image states)."""
+    from transformers import MllamaForCausalLM
+    from transformers.models.mllama.configuration_mllama import MllamaTextConfig
+
+    config = MllamaTextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, cross_attention_layers=[1],
+                              max_position_embeddings=256, rope_scaling={"rope_type": "default"}, pad_token_id=0,
+                              bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    torch.manual_seed(1)
+    return MllamaForCausalLM(config).eval()
 
 
 def _take_the_hpu_rope_branch(module) -> None:
@@ -65,7 +86,13 @@ def gaudi_instance(ref: dict):
     """The class adapt_transformers_to_gaudi() put in place of the plain one, with the reference's weights."""
     cls = getattr(importlib.import_module(ref["module"]), ref["name"])
     _take_the_hpu_rope_branch(importlib.import_module(cls.__module__))
-    model = cls(ref["config"])
+    config = ref["config"]
+    own = getattr(cls, "config_class", None)
+    if own is not None and type(config) is not own and type(config).__name__ == own.__name__:
+        # optimum-habana's DeepSeek-V2 brings the checkpoints' own config class (moe_layer_freq, ...), which a real
+        # checkpoint's config.json fills: the same values, through that class's defaults
+        config = own.from_dict(config.to_dict())
+    model = cls(config)
     model.load_state_dict(ref["state"], strict=False)
     return model.eval()
 
