@@ -75,3 +75,33 @@ def test_every_rank_follows_rank_zeros_stopping_decision(tmp_path):
     assert ranks[0]["adaptive_ids"] == ranks[1]["adaptive_ids"]
     assert len(ranks[0]["adaptive_ids"]) - ranks[0]["prompt_len"] == 12
     assert ranks[0]["rounds_without_draft"] == ranks[1]["rounds_without_draft"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["assistant_same_tokenizer", "assistant"])
+def test_launcher_runs_upstreams_script_on_two_ranks_with_an_assistant(tmp_path, draft):
+    """Issue 29: optimum-habana's run_generation.py call sequence under DeepSpeed (its setup_distributed_model: the
+    Llama target built on the meta device, AutoTP with upstream's injection policy, ScopedLinearAllReduce, the
+    assistant left where it was loaded) through `optimum_uag.gaudi.launch` on 2 ranks under the HPU emulator: every
+    rank routes to the engine and decodes what optimum-habana's own generate() decodes on the same sharded model;
+    "assistant" has another tokenizer (UAG: the launcher gives generate() both from the two paths)."""
+    from optimum_uag import embedded_models
+
+    paths = embedded_models()
+    out = tmp_path / "report.json"
+    # DeepSpeed would take the emulated habana_frameworks for a real HPU; the emulated machine is a CPU (gloo)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29515"]
+    proc = subprocess.run([*launch, str(REPO / "tests" / "emulated_launch.py"), str(REPO / "tests" / "upstream_calls.py"),
+                           "--model_name_or_path", str(paths["target"]), "--assistant_model", str(paths[draft]),
+                           "--batch_size", "2", "--use_hpu_graphs", "--reuse_cache", "--output", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-1500:], proc.stderr[-3000:])
+    reports = [json.loads((tmp_path / f"report.json.{rank}").read_text()) for rank in (0, 1)]
+    for rank, report in enumerate(reports):
+        assert report["world_size"] == 2 and report["rank"] == rank
+        assert report["target_on_meta"] is True and report["sharded"] is True
+        assert report["routed"] and report["target_calls"] < 24
+        assert report["sequences"] == report["reference"] and len(report["sequences"]) == 2
+        assert report["captures"]["GraphStep"] > 0
+    assert reports[0]["sequences"] == reports[1]["sequences"]

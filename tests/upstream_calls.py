@@ -7,6 +7,12 @@ setup_generation_config's fields, a warm-up generate() and a measured one with u
 (lazy_mode, hpu_graphs, ignore_eos (upstream's default True; --no-ignore_eos), iteration_times, profiler),
 iteration_times[0] read as the first-token time; --max_input_tokens (prompts padded to that length, truncated,
 valid_sequence_lengths set) and the flash-attention flags as upstream sets them.
+Under a launcher (WORLD_SIZE > 0) the models come from upstream's setup_distributed_model instead: DeepSpeed's
+process group, the target built on the meta device where upstream does so (write_checkpoints_json) or on the CPU,
+init_inference with AutoTP and upstream's injection policy, ScopedLinearAllReduce, and the assistant loaded and left
+where from_pretrained put it (upstream never moves it). What the emulated machine cannot do: hccl (gloo instead),
+HPU graphs through DeepSpeed's enable_cuda_graph (DeepSpeed's CPU accelerator has none: off), bf16 (--dtype, fp32 by
+default: the comparison below is exact in fp32).
 Then (not upstream) the target-only reference with optimum-habana's own generate(), and a JSON report.
 """
 import argparse
@@ -36,14 +42,23 @@ def main():
     parser.add_argument("--ignore_eos", default=True, action=argparse.BooleanOptionalAction)  # upstream's default
     parser.add_argument("--dataset_path", action="store_true",
                         help="generate() without assistant_model, as upstream's --dataset_name path calls it")
+    parser.add_argument("--local_rank", type=int, default=0)  # (DeepSpeed's launcher passes it; upstream's takes it)
+    parser.add_argument("--dtype", default="float32", help="the models' dtype (upstream: bf16 under DeepSpeed)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
+    # utils.setup_distributed
+    args.local_rank = int(os.getenv("LOCAL_RANK", "0"))
+    args.world_size = int(os.getenv("WORLD_SIZE", "0"))
+    dtype = getattr(torch, args.dtype)
     # run_generation.py, as written there: True only with --use_flash_attention and the flag absent (any value given
     # ends up False)
     args.flash_attention_fast_softmax = args.use_flash_attention and args.flash_attention_fast_softmax is None
 
     # utils.setup_env
     os.environ.setdefault("EXPERIMENTAL_WEIGHT_SHARING", "FALSE")
+    if args.world_size > 0:
+        os.environ.setdefault("PT_HPU_LAZY_ACC_PAR_MODE", "0")
+        os.environ.setdefault("PT_HPU_ENABLE_LAZY_COLLECTIVES", "true")
     if args.use_hpu_graphs and args.limit_hpu_graphs and not args.reuse_cache and args.bucket_internal:
         os.environ.setdefault("PT_HPUGRAPH_DISABLE_TENSOR_CACHE", "1")
     from transformers.utils import check_min_version
@@ -61,18 +76,20 @@ def main():
 
     device = torch.device("cpu")
 
-    # utils.setup_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, torch_dtype=torch.float32)
-    assistant_model = AutoModelForCausalLM.from_pretrained(args.assistant_model, torch_dtype=torch.float32)
-    model = model.eval().to(device)
-    assistant_model = assistant_model.eval().to(device)
-    if args.use_hpu_graphs:
-        from habana_frameworks.torch.hpu import wrap_in_hpu_graph
+    if args.world_size > 0:
+        model, assistant_model = setup_distributed_model(args, dtype)
+    else:  # utils.setup_model
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, torch_dtype=dtype)
+        assistant_model = AutoModelForCausalLM.from_pretrained(args.assistant_model, torch_dtype=dtype)
+        model = model.eval().to(device)
+        assistant_model = assistant_model.eval().to(device)
+        if args.use_hpu_graphs:
+            from habana_frameworks.torch.hpu import wrap_in_hpu_graph
 
-        model = wrap_in_hpu_graph(model, max_graphs=None)
-        assistant_model = wrap_in_hpu_graph(assistant_model)
+            model = wrap_in_hpu_graph(model, max_graphs=None)
+            assistant_model = wrap_in_hpu_graph(assistant_model)
 
     # utils.setup_tokenizer
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
@@ -154,10 +171,78 @@ def main():
     report = {"sequences": outputs.tolist(), "reference": reference.tolist(), "first_token_time": first_token_time,
               "rest_token_time": rest, "routed": metrics is not None,
               "target_calls": getattr(metrics, "target_calls", None),
-              "captures": dict(emulator.captures) if emulator else None,
+              "captures": dict(emulator.captures) if emulator else None, "world_size": args.world_size,
+              "rank": args.local_rank, "target_on_meta": getattr(args, "target_on_meta", None),
+              "sharded": getattr(args, "sharded", None),
               "texts": tokenizer.batch_decode(outputs, skip_special_tokens=True)}
+    if args.world_size > 0:  # one report per rank
+        args.output = f"{args.output}.{args.local_rank}"
     with open(args.output, "w") as f:
         json.dump(report, f)
+
+
+def setup_distributed_model(args, dtype):
+    """utils.setup_distributed_model (v1.21), in its order; the emulated machine's differences in the module doc."""
+    import tempfile
+
+    import deepspeed
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from optimum.habana.checkpoint_utils import get_ds_injection_policy, model_on_meta, write_checkpoints_json
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    config = AutoConfig.from_pretrained(args.model_name_or_path, torch_dtype=dtype)
+    load_to_meta = model_on_meta(config)
+    if load_to_meta:
+        with deepspeed.OnDevice(dtype=dtype, device="meta"):
+            if config.model_type == "llama" and config.max_position_embeddings > 8192:
+                config.max_position_embeddings = 8192
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        checkpoints_json = tempfile.NamedTemporaryFile(suffix=".json", mode="+w")
+        write_checkpoints_json(args.model_name_or_path, args.local_rank, checkpoints_json, token=None)
+    else:
+        with deepspeed.OnDevice(dtype=dtype, device="cpu"):
+            model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, torch_dtype=dtype)
+    model.eval()
+    assistant_model = AutoModelForCausalLM.from_pretrained(args.assistant_model, torch_dtype=dtype).eval()
+    kwargs = {"dtype": dtype, "tensor_parallel": {"tp_size": args.world_size}, "enable_cuda_graph": False,
+              "injection_policy": get_ds_injection_policy(config)}
+    if load_to_meta:
+        kwargs["checkpoint"] = checkpoints_json.name
+    model = deepspeed.init_inference(model, **kwargs).module
+    _shard_head_counts(model)
+    if model.config.model_type in ["llama", "falcon", "qwen2", "starcoder2", "gemma"]:
+        from deepspeed.module_inject.layers import LinearAllreduce
+
+        from optimum.habana.transformers.models.modeling_all_models import ScopedLinearAllReduce
+
+        def patch_scoped_linear_all_reduce(module):
+            for name, child in module.named_children():
+                if type(child) is LinearAllreduce:
+                    setattr(module, name, ScopedLinearAllReduce(mod=child))
+                patch_scoped_linear_all_reduce(child)
+
+        patch_scoped_linear_all_reduce(model)
+    args.target_on_meta = load_to_meta
+    args.sharded = any("LinearAllreduce" in type(m).__name__ for m in model.modules())
+    return model, assistant_model
+
+
+
+def _shard_head_counts(model) -> None:
+    """Not upstream: the installed DeepSpeed (0.19) leaves an attention module's head counts whole when its
+    parameters carry no universal-checkpoint metadata (AutoTP.update_mp_params returns early), so optimum-habana's
+    allocate_kv_cache would size every rank's cache for all heads; Habana's DeepSpeed, which upstream runs with,
+    divides them. Here they are divided as the sharded projections are."""
+    for module in model.modules():
+        q, k = getattr(module, "q_proj", None), getattr(module, "k_proj", None)
+        head_dim = getattr(module, "head_dim", None)
+        if q is None or k is None or not head_dim:
+            continue
+        if hasattr(module, "num_key_value_heads"):
+            module.num_key_value_heads = k.weight.shape[0] // head_dim
+        if hasattr(module, "num_heads"):
+            module.num_heads = q.weight.shape[0] // head_dim
 
 
 if __name__ == "__main__":
