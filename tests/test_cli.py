@@ -445,6 +445,16 @@ def test_upstream_command_line_values_parse_as_upstream(monkeypatch):
     assert generate.parse(["--emulate_hpu"])[0].device == "auto"
 
 
+def test_models_are_bf16_under_deepspeed_on_gaudi_as_upstream():
+    """Issue 29: upstream's initialize_model loads bf16 with --bf16 or under DeepSpeed; CPU ranks stay fp32."""
+    from optimum_uag.cli.generate import model_dtype
+
+    hpu, cpu = torch.device("hpu"), torch.device("cpu")
+    assert model_dtype(False, 8, hpu) is torch.bfloat16 and model_dtype(False, 1, hpu) is torch.float32
+    assert model_dtype(True, 1, hpu) is torch.bfloat16 and model_dtype(True, 1, cpu) is torch.bfloat16
+    assert model_dtype(False, 2, cpu) is torch.float32
+
+
 def test_a_failing_comparison_row_is_left_out_with_a_note_and_ours_are_not():
     """transformers 5.25's own UAG assisted generation raises inside the assistant's prefill (an empty block):
     the main job leaves that comparison row out with a note naming it; a failure of any other row still ends the run."""

@@ -61,6 +61,14 @@ def parse(argv) -> tuple[object, bool]:
     return args, on_gaudi
 
 
+def model_dtype(bf16: bool, world_size: int, device) -> "torch.dtype":
+    """The models' dtype as upstream's utils.initialize_model: bf16 with --bf16 or under DeepSpeed (world size > 1);
+    here under DeepSpeed on Gaudi only (CPU ranks stay fp32: no native bf16 there)."""
+    import torch
+
+    return torch.bfloat16 if bf16 or (world_size > 1 and device.type == "hpu") else torch.float32
+
+
 def load_models(args, notes: list) -> Setup:
     """Target and drafts on the device (multi-card: loaded on the CPU, sharded, then moved); quantized as asked."""
     import torch
@@ -83,8 +91,7 @@ def load_models(args, notes: list) -> Setup:
 
         hpu.set_env()  # as optimum-habana's setup_device, before any model reaches the HPU
     setup.world_size = ws = distributed.world_size()
-    # upstream (utils.initialize_model): bf16 with --bf16 or under DeepSpeed; here on Gaudi (CPU ranks stay fp32)
-    dtype = torch.bfloat16 if args.bf16 or (ws > 1 and setup.device.type == "hpu") else torch.float32
+    dtype = model_dtype(args.bf16, ws, setup.device)
     if ws > 1:
         if args.emulate_hpu:
             fail("--emulate_hpu runs one process; drop it for a multi-card run (DeepSpeed over gloo runs on CPU)")
