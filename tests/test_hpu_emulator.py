@@ -189,3 +189,41 @@ def test_hpu_kernels_refuse_out_of_range_positions(emu):
     apply_rotary_pos_emb(x, table, table, torch.tensor([[6, 7]]))
     with pytest.raises(IndexError, match="does not check bounds"):
         apply_rotary_pos_emb(x, table, table, torch.tensor([[7, 8]]))
+
+
+def test_the_emulated_moe_kernel_is_a_gated_mixture_over_the_held_experts():
+    """torch.ops.hpu.mixture_of_experts as optimum-habana calls it (w1 gate, w2 up, w3 down, nn.Linear layout with
+    permuted_weights): each token gets the routed experts' SiLU-gated MLPs weighted by its router weights; with
+    experts_min/max (expert parallelism) only the held experts contribute; [in, out] weights without permuted_weights.
+    (The MoE classes' assisted output is also checked against transformers' own in test_gaudi.py.)"""
+    torch.manual_seed(0)
+    tokens, hidden, inner, experts = 5, 8, 12, 4
+    x = torch.randn(tokens, hidden)
+    gate = [torch.randn(inner, hidden) for _ in range(experts)]
+    up = [torch.randn(inner, hidden) for _ in range(experts)]
+    down = [torch.randn(hidden, inner) for _ in range(experts)]
+    table = torch.tensor([[0, 2], [1, 3], [3, 0], [2, 1], [0, 1]])
+    weights = torch.rand(tokens, 2)
+
+    def expected(held):
+        out = torch.zeros(tokens, hidden)
+        for t in range(tokens):
+            for k in range(2):
+                e = int(table[t, k])
+                if e in held:
+                    h = torch.nn.functional.silu(gate[e] @ x[t]) * (up[e] @ x[t])
+                    out[t] += weights[t, k] * (down[e] @ h)
+        return out
+
+    with HPUEmulator():
+        moe = torch.ops.hpu.mixture_of_experts
+        full = moe(hidden_states=x, expert_routing_table=table, router_weights=weights, w1=gate, w2=up, w3=down,
+                   permuted_weights=True, activation="silu", experts_min=0, experts_max=experts - 1)
+        part = moe(hidden_states=x, expert_routing_table=table, router_weights=weights, w1=gate[2:], w2=up[2:],
+                   w3=down[2:], permuted_weights=True, activation="silu", experts_min=2, experts_max=3)
+        plain = moe(hidden_states=x, expert_routing_table=table, router_weights=weights,
+                    w1=[w.t() for w in gate], w2=[w.t() for w in up], w3=[w.t() for w in down],
+                    permuted_weights=False, activation="silu", experts_min=0, experts_max=experts - 1)
+    torch.testing.assert_close(full, expected(range(4)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(part, expected({2, 3}), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(plain, full, rtol=1e-5, atol=1e-5)

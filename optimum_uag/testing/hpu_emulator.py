@@ -168,6 +168,40 @@ class FusedRMSNorm(torch.autograd.Function):
         return weight * x.to(dtype)
 
 
+def _mixture_of_experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3, permuted_weights,
+                        activation, experts_min, experts_max):
+    """habana's dynamic MoE kernel (torch.ops.hpu.mixture_of_experts), as its documentation and optimum-habana's
+    callers define it: each token's output is the sum over its routed experts e of router_weight x
+    w3[e](act(w1[e] x) * w2[e] x) (w1 gate, w2 up, w3 down; weights [out, in] when permuted_weights, as nn.Linear
+    keeps them, else [in, out]); only experts experts_min..experts_max are held here (expert parallelism: the lists
+    index from experts_min), tokens routed elsewhere get nothing from this rank."""
+    act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+           "relu": torch.nn.functional.relu}[activation]
+    out = torch.zeros_like(hidden_states)
+    for e in range(experts_min, experts_max + 1):
+        gate, up, down = (w[e - experts_min] if permuted_weights else w[e - experts_min].t() for w in (w1, w2, w3))
+        weight = (router_weights * (expert_routing_table == e)).sum(-1, keepdim=True)  # (tokens, 1)
+        x = hidden_states
+        out = out + weight * ((act(x @ gate.t()) * (x @ up.t())) @ down.t())
+    return out
+
+
+_HPU_OPS: list = []  # the torch.library fragment defining the emulated torch.ops.hpu ops (once per process)
+
+
+def _define_hpu_ops() -> None:
+    """Register the kernels optimum-habana calls through torch.ops.hpu (the real ones come with habana's plugin).
+    torch.ops registrations are process-wide: defined once, kept (they are inert without the emulated modules)."""
+    if _HPU_OPS or hasattr(torch.ops.hpu, "mixture_of_experts"):
+        return
+    lib = torch.library.Library("hpu", "FRAGMENT")
+    lib.define("mixture_of_experts(Tensor hidden_states, Tensor expert_routing_table, Tensor router_weights, "
+               "Tensor[] w1, Tensor[] w2, Tensor[] w3, bool permuted_weights, str activation, int experts_min, "
+               "int experts_max) -> Tensor")
+    lib.impl("mixture_of_experts", _mixture_of_experts, "CompositeExplicitAutograd")
+    _HPU_OPS.append(lib)
+
+
 # ---------------------------------------------------------------------------------------------- HPU graphs
 # habana_frameworks/torch/hpu/graphs.py (wrapped_hpugraph_forward), modelled on CPU:
 # - a graph is keyed by `input_hash((args, kwargs))`: dicts/lists/tuples recursively, a tensor by its shape and
@@ -532,6 +566,11 @@ class HPUEmulator(contextlib.AbstractContextManager):
         if self._added_torch_hpu:
             torch.hpu = types.SimpleNamespace(is_available=lambda: False, device_count=lambda: 0,
                                               synchronize=lambda *a, **k: None)
+        _define_hpu_ops()
+        # DeepSpeed would take the emulated modules for a real HPU (its HPU accelerator needs habana's runtime); on
+        # the emulated machine (a CPU) it runs its CPU accelerator, as the multi-card tests do
+        self._saved_ds_accelerator = os.environ.get("DS_ACCELERATOR")
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
         _ACTIVE.append(self)
         if self._lazy is not None:
             self._lazy.__enter__()
@@ -541,6 +580,8 @@ class HPUEmulator(contextlib.AbstractContextManager):
         if self._lazy is not None:
             self._lazy.__exit__(*exc)
         _ACTIVE.remove(self)
+        if self._saved_ds_accelerator is None:
+            os.environ.pop("DS_ACCELERATOR", None)
         subprocess.run = self._saved_run
         if self._added_torch_hpu:
             del torch.hpu
