@@ -100,7 +100,10 @@ def test_launcher_runs_upstreams_script_on_two_ranks_with_an_assistant(tmp_path,
     reports = [json.loads((tmp_path / f"report.json.{rank}").read_text()) for rank in (0, 1)]
     for rank, report in enumerate(reports):
         assert report["world_size"] == 2 and report["rank"] == rank
-        assert report["target_on_meta"] is True and report["sharded"] is True
+        assert report["target_on_meta"] is True
+        sharded = report["sharded"]  # each rank holds half the query heads; o_proj and down_proj all-reduce
+        assert sharded["q_rows"] * 2 == sharded["q_rows_whole"], sharded
+        assert sharded["scoped_all_reduce"] == 2 * sharded["layers"], sharded
         assert report["routed"] and report["target_calls"] < 24
         assert report["sequences"] == report["reference"] and len(report["sequences"]) == 2
         assert report["captures"]["GraphStep"] > 0

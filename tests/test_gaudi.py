@@ -1116,6 +1116,8 @@ def test_every_gaudi_class_is_exact_or_refused_by_name(plain, emu, model_type):
     expected_target = "exact" if model_type in EXACT_BOTH else "refused"
     expected_draft = "exact" if model_type in EXACT_BOTH | EXACT_DRAFT_ONLY else "refused"
     assert (result["target"], result["draft"]) == (expected_target, expected_draft), result
+    if model_type.startswith("deepseek"):  # refused for what it is, not for whatever its forward raises first
+        assert "3D latent cache" in result["reason_draft"], result
     if model_type in EXACT_BOTH:  # the class itself computes transformers' model, but for a known upstream bug
         from optimum_uag.gaudi.runner import UPSTREAM_DIFFERS
 
@@ -1159,6 +1161,7 @@ def test_pooled_caches_and_their_graphs_are_bounded(plain, emu):
     keys, cleared = [], []
     for i, max_len in enumerate(lengths):
         runner = GaudiModelRunner(model, 1, max_len, torch.tensor([0]), lazy_mode=True, hpu_graphs=True)
+        assert len(_pool(model)) <= POOLED  # the peak, while a runner is open
         keys.append((runner.mechanism, 1, runner.columns, runner.dtype))
         step = model_state(model)["graph_steps"][keys[-1]]
         step.clear_cache = (lambda key: lambda: cleared.append(key))(keys[-1])  # (a graph wrapper's own method)
@@ -1169,7 +1172,7 @@ def test_pooled_caches_and_their_graphs_are_bounded(plain, emu):
             assert again.columns == keys[0][2] and len(_pool(model)) == 2
             again.close()
     assert len(set(keys)) == len(lengths)
-    # evicted oldest first by use: keys[1] (keys[0] was used after it), then keys[0], keys[2]
+    # evicted least recently used first: keys[1] (keys[0] was used again after it), then keys[0]
     assert cleared == [keys[1], keys[0]], cleared
     assert set(_pool(model)) == set(keys[2:]) == set(model_state(model)["graph_steps"])
 

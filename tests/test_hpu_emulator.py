@@ -224,6 +224,24 @@ def test_the_emulated_moe_kernel_is_a_gated_mixture_over_the_held_experts():
         plain = moe(hidden_states=x, expert_routing_table=table, router_weights=weights,
                     w1=[w.t() for w in gate], w2=[w.t() for w in up], w3=[w.t() for w in down],
                     permuted_weights=False, activation="silu", experts_min=0, experts_max=experts - 1)
+    with pytest.raises(RuntimeError, match="outside the HPU emulator"):
+        torch.ops.hpu.mixture_of_experts(hidden_states=x, expert_routing_table=table, router_weights=weights, w1=gate,
+                                         w2=up, w3=down, permuted_weights=True, activation="silu", experts_min=0,
+                                         experts_max=experts - 1)
     torch.testing.assert_close(full, expected(range(4)), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(part, expected({2, 3}), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(plain, full, rtol=1e-5, atol=1e-5)
+
+
+def test_the_emulator_puts_back_the_deepspeed_accelerator_choice(monkeypatch):
+    """While emulating, DeepSpeed runs its CPU accelerator; the variable is as it was afterwards (set or not)."""
+    import os
+
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    with HPUEmulator():
+        assert os.environ["DS_ACCELERATOR"] == "cpu"
+    assert "DS_ACCELERATOR" not in os.environ
+    monkeypatch.setenv("DS_ACCELERATOR", "cuda")
+    with HPUEmulator():
+        assert os.environ["DS_ACCELERATOR"] == "cpu"
+    assert os.environ["DS_ACCELERATOR"] == "cuda"

@@ -224,9 +224,11 @@ def setup_distributed_model(args, dtype):
 
         patch_scoped_linear_all_reduce(model)
     args.target_on_meta = load_to_meta
-    args.sharded = any("LinearAllreduce" in type(m).__name__ for m in model.modules())
+    attention = model.model.layers[0].self_attn
+    args.sharded = {"scoped_all_reduce": sum(type(m).__name__ == "ScopedLinearAllReduce" for m in model.modules()),
+                    "layers": config.num_hidden_layers, "q_rows": attention.q_proj.weight.shape[0],
+                    "q_rows_whole": config.num_attention_heads * attention.head_dim}
     return model, assistant_model
-
 
 
 def _shard_head_counts(model) -> None:

@@ -30,10 +30,11 @@ REFUSED = {
     "GaudiStarcoder2ForCausalLM": "its allocate_kv_cache reads GaudiStarcoder2Attention.num_key_value_heads, which the "
                                   "installed transformers no longer sets (optimum-habana's own reuse_cache generate() "
                                   "fails the same way)",
-    "GaudiDeepseekV2ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
-                                  "dimension the runner's column map addresses",
-    "GaudiDeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
-                                  "dimension the runner's column map addresses",
+    # optimum-habana's DeepSeek classes keep transformers' names (its own modeling files replace the classes)
+    "DeepseekV2ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
+                             "dimension the runner's column map addresses",
+    "DeepseekV3ForCausalLM": "its KV cache is MLA's 3D latent cache (batch, columns, rank), without the head "
+                             "dimension the runner's column map addresses",
 }
 def _falcon_refusal(config) -> str | None:
     if getattr(config, "alibi", False):

@@ -174,7 +174,10 @@ def _mixture_of_experts(hidden_states, expert_routing_table, router_weights, w1,
     callers define it: each token's output is the sum over its routed experts e of router_weight x
     w3[e](act(w1[e] x) * w2[e] x) (w1 gate, w2 up, w3 down; weights [out, in] when permuted_weights, as nn.Linear
     keeps them, else [in, out]); only experts experts_min..experts_max are held here (expert parallelism: the lists
-    index from experts_min), tokens routed elsewhere get nothing from this rank."""
+    index from experts_min), tokens routed elsewhere get nothing from this rank. (No FP8 overload: DeepSeek-V3's
+    call with d_scale_w1..3 is not modelled.)"""
+    if not _ACTIVE:  # registered for the process, usable only on the emulated machine
+        raise RuntimeError("torch.ops.hpu.mixture_of_experts is habana's kernel; outside the HPU emulator there is none")
     act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
            "relu": torch.nn.functional.relu}[activation]
     out = torch.zeros_like(hidden_states)
@@ -191,7 +194,7 @@ _HPU_OPS: list = []  # the torch.library fragment defining the emulated torch.op
 
 def _define_hpu_ops() -> None:
     """Register the kernels optimum-habana calls through torch.ops.hpu (the real ones come with habana's plugin).
-    torch.ops registrations are process-wide: defined once, kept (they are inert without the emulated modules)."""
+    torch.ops registrations are process-wide: defined once and kept; outside the emulator they raise."""
     if _HPU_OPS or hasattr(torch.ops.hpu, "mixture_of_experts"):
         return
     lib = torch.library.Library("hpu", "FRAGMENT")
@@ -568,9 +571,10 @@ class HPUEmulator(contextlib.AbstractContextManager):
                                               synchronize=lambda *a, **k: None)
         _define_hpu_ops()
         # DeepSpeed would take the emulated modules for a real HPU (its HPU accelerator needs habana's runtime); on
-        # the emulated machine (a CPU) it runs its CPU accelerator, as the multi-card tests do
+        # the emulated machine (a CPU) it runs its CPU accelerator, as the multi-card tests do. (DeepSpeed picks its
+        # accelerator once, at its first import: imported while emulating, it keeps the CPU one afterwards.)
         self._saved_ds_accelerator = os.environ.get("DS_ACCELERATOR")
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        os.environ["DS_ACCELERATOR"] = "cpu"
         _ACTIVE.append(self)
         if self._lazy is not None:
             self._lazy.__enter__()
@@ -582,6 +586,8 @@ class HPUEmulator(contextlib.AbstractContextManager):
         _ACTIVE.remove(self)
         if self._saved_ds_accelerator is None:
             os.environ.pop("DS_ACCELERATOR", None)
+        else:
+            os.environ["DS_ACCELERATOR"] = self._saved_ds_accelerator
         subprocess.run = self._saved_run
         if self._added_torch_hpu:
             del torch.hpu
