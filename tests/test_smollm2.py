@@ -193,7 +193,13 @@ def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
         r = res["rows"][row]
         assert r["outputs_match_target"] is True and r["tau"] >= 1.0 and 0 < r["draft_share"] < 1
     assert "speedup_vs_transformers_assisted" in res["rows"]["optimum_uag_uag"]
-    assert res["best_target_only"] == "target_only_packed"  # the fastest target-only path on a CPU
+    # every speedup is against the faster of the two target-only rows measured in this run (which one wins is the
+    # machine's: prepacked weights on the AMD machines, either on an Intel Xeon)
+    fastest = max(("target_only", "target_only_packed"), key=lambda name: res["rows"][name]["tokens_per_s"])
+    assert res["best_target_only"] == fastest
+    best = res["rows"][fastest]["tokens_per_s"]
+    for name, r in res["rows"].items():
+        assert abs(r["speedup_vs_best_target_only"] - r["tokens_per_s"] / best) < 1e-6, name
     assert res["rows"]["target_only_packed"]["outputs_match_target"] is True
     assert res["rows"]["optimum_uag"]["draft_tree"] == [[3, 2, 5]]  # the head drafts the default tree
     assert "input-grounded" in res["prompt_source"]
