@@ -20,7 +20,7 @@ def _big_llama(seed: int):
 def test_packed_runner_matches_the_model_and_leaves_it_as_it_was():
     torch.manual_seed(0)
     target, draft = _big_llama(0), _big_llama(1)
-    pack = packing.packed_weights(target)
+    pack = packing.packed_weights(target, enabled=True)  # every eligible linear, whatever this CPU measures
     assert pack is not None and len(pack.modules) >= 5  # q/o/MLP/lm_head of each layer
     ids = torch.randint(5, 600, (2, 12))
     ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
@@ -39,7 +39,7 @@ def test_packed_runner_matches_the_model_and_leaves_it_as_it_was():
 
 def test_a_changed_weight_is_repacked_and_packing_can_be_turned_off(monkeypatch):
     model = _big_llama(2)
-    pack = packing.packed_weights(model)
+    pack = packing.packed_weights(model, enabled=True)
     layer = model.model.layers[0].mlp.down_proj
     x = torch.randn(1, 2, layer.in_features)
     with torch.no_grad(), pack:
@@ -65,3 +65,32 @@ def test_a_changed_weight_is_repacked_and_packing_can_be_turned_off(monkeypatch)
 def test_small_or_non_float32_models_are_not_packed():
     assert packing.packed_weights(tiny_llama(300, 4)) is None  # every linear below MIN_WEIGHTS: faster unpacked
     assert packing.packed_weights(_big_llama(5).to(torch.bfloat16)) is None
+
+
+def test_only_shapes_whose_packed_kernel_is_faster_here_are_packed(monkeypatch):
+    """The auto policy packs a linear only where this CPU runs the packed kernel faster (measured once per shape:
+    on an Intel Xeon F.linear wins for SmolLM2's MLP at one row, packing for its LM head); none faster: no packing
+    at all, and the target-only baseline is transformers' own generate()."""
+    measured = []
+
+    def pays(out_features, in_features):
+        measured.append((out_features, in_features))
+        return out_features == 600  # only the LM head (vocabulary 600) "measured" faster packed
+
+    monkeypatch.setattr(packing, "packing_pays", pays)
+    model = _big_llama(7)
+    pack = packing.packed_weights(model)
+    assert [m.weight.shape[0] for m in pack.modules] == [600]
+    assert packing.packed_weights(model) is pack  # decided once per model
+    assert len(packing.packed_weights(model, enabled=True).modules) > 1  # a forced pack ignores the measurement
+    monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)
+    assert packing.packed_weights(_big_llama(8)) is None
+
+
+def test_the_packing_measurement_is_made_once_per_shape():
+    packing._PAYS.clear()
+    first = packing.packing_pays(1024, 512)
+    assert isinstance(first, bool) and (1024, 512, torch.get_num_threads()) in packing._PAYS
+    packing._PAYS[(1024, 512, torch.get_num_threads())] = not first  # a cached answer is not measured again
+    assert packing.packing_pays(1024, 512) is (not first)
+    packing._PAYS.clear()

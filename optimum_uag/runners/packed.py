@@ -10,13 +10,20 @@ duration of one call). The outputs are the same computation in another summation
 any two GEMM kernels); the greedy tests and every benchmark row compare tokens with the model's own generate().
 
 Auto policy: CPU, float32 weights of plain `nn.Linear` modules of at least MIN_WEIGHTS elements (smaller ones are
-faster unpacked at one row), together at most a quarter of the machine's memory. `cpu_packed_weights=False` (a
-generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off.
+faster unpacked at one row), together at most a quarter of the machine's memory, and of a shape whose packed linear
+is faster than F.linear on this CPU (measured once per process and shape: one row, a decode step, plus eight, a
+verify block). Which kernel wins is the machine's: on the AMD EPYC of earlier sessions packing won for every shape
+above MIN_WEIGHTS; on an Intel Xeon F.linear is faster for SmolLM2's 576 x 1536 matrices at one row (35 vs 53 us)
+and packing only for its 49,152-row LM head (5.0 vs 9.4 ms at six rows). `cpu_packed_weights=False` (a generate()
+argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off; `packed_weights(model, enabled=True)` packs every eligible
+linear without measuring.
 """
 from __future__ import annotations
 
 import functools
 import os
+import statistics
+import time
 
 import torch
 
@@ -50,6 +57,38 @@ def _linear(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) ->
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+_PAYS: dict = {}  # (out, in, threads) -> whether the packed linear beats F.linear on this CPU
+
+
+@torch.inference_mode()
+def packing_pays(out_features: int, in_features: int) -> bool:
+    """Whether a packed (out, in) linear is faster here than F.linear over one row plus eight (medians of a few
+    calls each, on random weights; once per process, shape and thread count: ~0.2 s for SmolLM2's shapes)."""
+    key = (out_features, in_features, torch.get_num_threads())
+    if key not in _PAYS:
+        gen = torch.Generator().manual_seed(0)
+        weight = torch.randn(out_features, in_features, generator=gen)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+        reps = max(3, min(21, int(2e7 // (out_features * in_features))))
+
+        def seconds(fn, x) -> float:
+            fn(x)
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn(x)
+                times.append(time.perf_counter() - t0)
+            return statistics.median(times)
+
+        total = {"plain": 0.0, "packed": 0.0}
+        for rows in (1, 8):
+            x = torch.randn(1, rows, in_features, generator=gen)
+            total["plain"] += seconds(lambda v: torch.nn.functional.linear(v, weight), x)
+            total["packed"] += seconds(lambda v: _linear(packed, None, v), x)
+        _PAYS[key] = total["packed"] < total["plain"]
+    return _PAYS[key]
+
+
 def _version(weight: torch.Tensor) -> tuple:
     """What changes when a weight is replaced or updated in place (inference tensors keep no version counter:
     their storage is what identifies them)."""
@@ -62,8 +101,8 @@ def _version(weight: torch.Tensor) -> tuple:
 class PackedWeights:
     """The packed copies of one model's linear weights, and a context that routes its linears through them."""
 
-    def __init__(self, model: torch.nn.Module):
-        self.modules = [m for m in model.modules() if _packable(m)]
+    def __init__(self, model: torch.nn.Module, measured: bool = False):
+        self.modules = [m for m in model.modules() if _packable(m) and (not measured or packing_pays(*m.weight.shape))]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() for m in self.modules)
         self.packed: list = [None] * len(self.modules)
         self.versions: list = [None] * len(self.modules)
@@ -102,13 +141,14 @@ def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> Packe
     if not supported():
         return None
     state = model_state(model)
-    if state.get("packed") is not None or ("packed" in state and enabled is None):
-        return state["packed"]
-    pack = PackedWeights(model)
+    key = "packed" if enabled is None else "packed_all"  # the measured choice, or every eligible linear
+    if key in state:
+        return state[key]
+    pack = PackedWeights(model, measured=enabled is None)
     memory = _memory_bytes()
     if not pack.modules or (enabled is None and memory and pack.nbytes > MEMORY_SHARE * memory):
         pack = None
-    state["packed"] = pack
+    state[key] = pack
     return pack
 
 
