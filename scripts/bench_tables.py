@@ -110,7 +110,8 @@ def main_job_table(main: dict) -> str:
     shape = f"; draft tree depth {tree[0][0]}, top_k {tree[0][1]}, {tree[0][2]} nodes" if tree else ""
     versions = ", ".join(f"{k} {v}" for k, v in main.get("versions", {}).items())
     failed = [n.split(" (")[0] for n in main.get("notes", []) if "(a comparison row) failed" in n]
-    extra = (f" Measured with {versions}." if versions else "") + (
+    machine = f" on {main['machine']}" if main.get("machine") else ""
+    extra = (f" Measured with {versions}{machine}." if versions else "") + (
         " transformers' own UAG row failed inside transformers on this run (its note in the results file)."
         if failed else "")
     return "\n".join(lines) + f"\n\nFastest target-only row: `{main['best_target_only']}`{shape}.{extra}"
