@@ -215,7 +215,11 @@ def main():
             tau = f"{r['tau']:.2f}" if "tau" in r else "-"
             print(f"{group:<11}{name:<42}{r['tokens_per_s']:>7.1f}{r['speedup_vs_best_target_only']:>8.2f}x"
                   f"{r['speedup_vs_transformers_generate']:>7.2f}x{tau:>6}{str(r.get('exact', '-')):>7}")
-    summary = {"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct", "dtype": "float32",
+    import subprocess
+
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "unknown")
+    summary = {"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct", "dtype": "float32", "cpu": cpu,
                "prompts": args.prompts, "max_new_tokens": n, "repeats": args.repeats, "lookup": args.lookup,
                "head": args.head or "smollm2_head (shipped)", "head_cost": cost, "verify_cost": curve,
                "command": "python benchmarks/bench_feature_head.py --output benchmarks/results/feature_head.json",

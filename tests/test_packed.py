@@ -68,9 +68,9 @@ def test_small_or_non_float32_models_are_not_packed():
 
 
 def test_only_shapes_whose_packed_kernel_is_faster_here_are_packed(monkeypatch):
-    """The auto policy packs a linear only where this CPU runs the packed kernel faster (measured once per shape:
-    on an Intel Xeon F.linear wins for SmolLM2's MLP at one row, packing for its LM head); none faster: no packing
-    at all, and the target-only baseline is transformers' own generate()."""
+    """The auto policy packs a linear only where this CPU runs the packed kernel clearly faster (measured once per
+    shape: on an Intel Xeon F.linear wins for SmolLM2's MLP at one row, packing for its LM head); none faster: no
+    packing at all, and the target-only baseline is transformers' own generate()."""
     measured = []
 
     def pays(out_features, in_features):
