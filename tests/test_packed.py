@@ -85,6 +85,9 @@ def test_only_shapes_whose_packed_kernel_is_faster_here_are_packed(monkeypatch):
     assert len(packing.packed_weights(model, enabled=True).modules) > 1  # a forced pack ignores the measurement
     monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)
     assert packing.packed_weights(_big_llama(8)) is None
+    # every rank of a multi-process run packs the same linears (no per-rank measurement)
+    monkeypatch.setattr(packing, "_several_processes", lambda: True)
+    assert len(packing.packed_weights(_big_llama(9)).modules) > 1
 
 
 def test_the_packing_measurement_is_made_once_per_shape():

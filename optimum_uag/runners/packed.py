@@ -16,7 +16,8 @@ one row, a decode step, plus eight, a verify block). Which kernel wins is the ma
 above MIN_WEIGHTS; on an Intel Xeon F.linear is faster for SmolLM2's 1536 x 576 matrices at one row (32 vs 48 us)
 and packing only for its 49,152-row LM head (4.9 vs 7.6 ms at six rows; benchmarks/results/packing.json). `cpu_packed_weights=False` (a generate()
 argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off; `packed_weights(model, enabled=True)` packs every eligible
-linear without measuring.
+linear without measuring, as does every rank of a multi-process (DeepSpeed) run, so that all ranks run the same
+kernels.
 """
 from __future__ import annotations
 
@@ -89,6 +90,11 @@ def packing_pays(out_features: int, in_features: int) -> bool:
     return _PAYS[key]
 
 
+def _several_processes() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and \
+        torch.distributed.get_world_size() > 1
+
+
 def _version(weight: torch.Tensor) -> tuple:
     """What changes when a weight is replaced or updated in place (inference tensors keep no version counter:
     their storage is what identifies them)."""
@@ -141,10 +147,14 @@ def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> Packe
     if not supported():
         return None
     state = model_state(model)
-    key = "packed" if enabled is None else "packed_all"  # the measured choice, or every eligible linear
+    # the measured choice, or every eligible linear; ranks of a multi-process run each measure for themselves and
+    # could choose different kernels (different rounding in replicated layers): there every eligible linear, the same
+    # on every rank
+    measured = enabled is None and not _several_processes()
+    key = "packed" if measured else "packed_all"
     if key in state:
         return state[key]
-    pack = PackedWeights(model, measured=enabled is None)
+    pack = PackedWeights(model, measured=measured)
     memory = _memory_bytes()
     if not pack.modules or (enabled is None and memory and pack.nbytes > MEMORY_SHARE * memory):
         pack = None
