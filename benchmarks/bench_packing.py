@@ -42,8 +42,9 @@ def kernels() -> list[dict]:
         row = {"shape": [o, i], "auto_policy_packs": packing.packing_pays(o, i)}
         for rows in (1, 6, 9):
             x = torch.randn(1, rows, i)
-            row[f"rows_{rows}_us"] = {"F.linear": round(microseconds(lambda: torch.nn.functional.linear(x, w), reps), 1),
-                                      "packed": round(microseconds(lambda: packing._linear(pk, None, x), reps), 1)}
+            plain = microseconds(lambda: torch.nn.functional.linear(x, w), reps)
+            packed = microseconds(lambda: packing._linear(pk, None, x), reps)
+            row[f"rows_{rows}_us"] = {"F.linear": round(plain, 1), "packed": round(packed, 1)}
         out.append(row)
     return out
 

@@ -92,7 +92,8 @@ def test_launcher_runs_upstreams_script_on_two_ranks_with_an_assistant(tmp_path,
     # DeepSpeed would take the emulated habana_frameworks for a real HPU; the emulated machine is a CPU (gloo)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
     launch = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", "29515"]
-    proc = subprocess.run([*launch, str(REPO / "tests" / "emulated_launch.py"), str(REPO / "tests" / "upstream_calls.py"),
+    script = [str(REPO / "tests" / "emulated_launch.py"), str(REPO / "tests" / "upstream_calls.py")]
+    proc = subprocess.run([*launch, *script,
                            "--model_name_or_path", str(paths["target"]), "--assistant_model", str(paths[draft]),
                            "--batch_size", "2", "--use_hpu_graphs", "--reuse_cache", "--output", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

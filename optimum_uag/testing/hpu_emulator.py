@@ -177,7 +177,8 @@ def _mixture_of_experts(hidden_states, expert_routing_table, router_weights, w1,
     index from experts_min), tokens routed elsewhere get nothing from this rank. (No FP8 overload: DeepSeek-V3's
     call with d_scale_w1..3 is not modelled.)"""
     if not _ACTIVE:  # registered for the process, usable only on the emulated machine
-        raise RuntimeError("torch.ops.hpu.mixture_of_experts is habana's kernel; outside the HPU emulator there is none")
+        raise RuntimeError("torch.ops.hpu.mixture_of_experts is habana's kernel; outside the HPU emulator there is "
+                           "none")
     act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
            "relu": torch.nn.functional.relu}[activation]
     out = torch.zeros_like(hidden_states)
