@@ -52,7 +52,8 @@ def feature_head_table(bench: dict) -> str:
                                f"tokens, fp32, eager, rows interleaved per prompt, median of {bench['repeats']} "
                                f"repeats ({bench['date']}): `{bench['command']}`."
                                + (f" Merged: {bench['merged']}." if bench.get("merged") else "")
-                               + (f" CPU of the groups run on {bench['date']}: {bench['cpu']}." if bench.get("cpu") else ""))
+                               + (f" CPU of the groups run on {bench['date']}: {bench['cpu']}."
+                                  if bench.get("cpu") else ""))
 
 
 def _status(value, goal) -> str:

@@ -50,7 +50,8 @@ def plain_reference(model_type: str) -> dict:
     from .architectures import tiny_model
 
     base, overrides = GAUDI_VARIANTS.get(model_type, (model_type, GAUDI_OVERRIDES.get(model_type, {})))
-    model = _mllama_text() if base == "mllama" else tiny_model(base, VOCAB, seed=1, dtype=torch.float32, **overrides)
+    build = TEXT_ONLY.get(base)
+    model = build() if build else tiny_model(base, VOCAB, seed=1, dtype=torch.float32, **overrides)
     with torch.no_grad():
         out = model.generate(PROMPT, attention_mask=MASK, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
     return {"model_type": model_type, "config": model.config, "state": model.state_dict(), "greedy": out,
@@ -71,6 +72,10 @@ def _mllama_text():
     return MllamaForCausalLM(config).eval()
 
 
+# types whose generic config is a composite (vision + text): their causal-LM class, built from its text config
+TEXT_ONLY = {"mllama": _mllama_text}
+
+
 def _take_the_hpu_rope_branch(module) -> None:
     """optimum-habana's Mistral applies RoPE with FusedRoPE and position_ids when its tensors are on an HPU; its CPU
     fallback calls transformers' apply_rotary_pos_emb on the whole table without position_ids (it fails on any CPU
@@ -89,8 +94,8 @@ def gaudi_instance(ref: dict):
     config = ref["config"]
     own = getattr(cls, "config_class", None)
     if own is not None and type(config) is not own and type(config).__name__ == own.__name__:
-        # optimum-habana's DeepSeek-V2 brings the checkpoints' own config class (moe_layer_freq, ...), which a real
-        # checkpoint's config.json fills: the same values, through that class's defaults
+        # optimum-habana's DeepSeek classes bring the checkpoints' own config classes (V2: moe_layer_freq, ...), which
+        # a real checkpoint's config.json fills: the same values, through that class's defaults
         config = own.from_dict(config.to_dict())
     model = cls(config)
     model.load_state_dict(ref["state"], strict=False)
