@@ -7,7 +7,8 @@ Rows alternate per prompt (the order rotates from prompt to prompt), the whole s
 each ratio is the median over the repeats of that repeat's ratio (this CPU drifts 25-35% within a run).
 
   chat@1       held-out chat requests, batch 1: the default (draft tree + prompt-lookup branch), the tree without
-               lookup, a chain of K=5 without lookup (tree vs chain, same head), the distilled same-tokenizer draft
+               lookup and a chain of K=5 without lookup, both at a fixed shape (tree vs chain, same head), the distilled
+               same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
   chat@4       batch 4: the default (a chain at batch > 1 on a CPU), and the tree forced
@@ -174,7 +175,8 @@ def main():
     groups = {
         "chat@1": (chat, 1, greedy, {
             "head default (tree + lookup branch)": ours(head, greedy),
-            "head tree, no lookup": ours(head, greedy, prompt_lookup_num_tokens=0),
+            # tree vs chain, same head: both at a fixed shape (an adaptive row's tau counts its rounds without a draft)
+            "head tree, no lookup": ours(head, greedy, prompt_lookup_num_tokens=0, draft_policy="fixed"),
             f"head chain K={args.chain_k}, no lookup": ours(head, greedy, num_assistant_tokens=args.chain_k,
                                                            prompt_lookup_num_tokens=0),
             "distilled draft K=3": ours(same, greedy, num_assistant_tokens=3)}),

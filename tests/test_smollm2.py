@@ -26,6 +26,24 @@ def test_chat_prompts_are_held_out_and_cover_the_categories():
         assert needle in text, needle
 
 
+def test_the_head_training_pool_shares_no_item_with_the_held_out_sets():
+    """head_training_prompts() widens the families with new items: none of them is a held-out item."""
+    from optimum_uag.models import prompt_sets as ps
+
+    pool = ps.head_training_prompts()
+    assert len(pool) > 1500 and len(set(pool)) == len(pool)
+    assert pool[: len(training_chat_prompts())] == training_chat_prompts()
+    assert not set(pool) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
+    for wide, held in [(ps.WIDE_CODE_TASKS, ps.HELDOUT_CODE_TASKS), (ps.WIDE_CONCEPTS, ps.HELDOUT_CONCEPTS),
+                       (ps.WIDE_SENTENCES, ps.HELDOUT_SENTENCES), (ps.WIDE_LIST_THINGS, ps.HELDOUT_LIST_THINGS),
+                       (ps.WIDE_JSON_ENTITIES, ps.HELDOUT_JSON_ENTITIES), (ps.WIDE_WRITING, ps.HELDOUT_WRITING),
+                       (ps.WIDE_SNIPPETS, ps._SNIPPETS), (ps.WIDE_PARAGRAPHS, ps._PARAGRAPHS)]:
+        assert not set(wide) & set(held)
+    text = "\n".join(pool)
+    for item in ps.HELDOUT_CODE_TASKS + ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS:
+        assert item not in text, item
+
+
 def test_chat_prompts_stays_a_function_after_the_prompt_module_is_imported():
     """Its submodule was once named chat_prompts too: importing it replaced the package's function by the module
     (a second `optimum_uag.models.chat_prompts()` raised "'module' object is not callable")."""
