@@ -11,6 +11,7 @@ finishes: a time-budgeted run keeps what it made, and a rerun continues where it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -48,7 +49,7 @@ def main() -> None:
     todo = sorted((p for p in pool if p not in done), key=lambda p: len(tok(p)["input_ids"]))
     print(f"[answers] {len(done)} answered before, {len(todo)} to answer", flush=True)
     t0, kept, answer_tokens = time.time(), 0, 0
-    with packed_weights(model, enabled=True):
+    with packed_weights(model, enabled=True) or contextlib.nullcontext():
         for start in range(0, len(todo), args.batch):
             if time.time() - t0 > args.minutes * 60:
                 break

@@ -8,6 +8,7 @@ Records: {"messages": [...]} (a conversation, through the target's chat template
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -87,8 +88,12 @@ def read_records(names: list[str], max_samples: int | None) -> list[dict]:
 
 
 def answer_prompts(model, tok, convs: list[list[dict]], max_new_tokens: int, log) -> list[list[dict]]:
-    """The target's own greedy answers to the conversations' last user turns (batched, shortest first)."""
+    """The target's own greedy answers to the conversations' last user turns (batched, shortest first; on a CPU on
+    the prepacked weights optimum-uag's runners use where they are faster: runners/packed.py)."""
+    from ..runners.packed import packed_weights
+
     tok.padding_side = "left"
+    pack = (packed_weights(model) if model.device.type == "cpu" else None) or contextlib.nullcontext()
     order = sorted(range(len(convs)), key=lambda i: len(str(convs[i])))
     out = [None] * len(convs)
     t0 = time.time()
@@ -96,7 +101,7 @@ def answer_prompts(model, tok, convs: list[list[dict]], max_new_tokens: int, log
         idx = order[b : b + 16]
         enc = tok.apply_chat_template([convs[i] for i in idx], add_generation_prompt=True, return_tensors="pt",
                                       padding=True, return_dict=True).to(model.device)
-        with torch.no_grad():
+        with torch.no_grad(), pack:
             gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
         for r, i in enumerate(idx):
             answer = tok.decode(gen[r, enc["input_ids"].shape[1]:], skip_special_tokens=True)
