@@ -19,6 +19,42 @@ from pathlib import Path
 import torch
 
 
+def load_smollm2():
+    """SmolLM2 (fp32, eval), its tokenizer padding on the left, and its end-of-turn id."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from optimum_uag.models import smollm2
+
+    path = smollm2()
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    return model, tok, tok.convert_tokens_to_ids("<|im_end|>")
+
+
+def answered(out: Path) -> set:
+    """The requests an earlier run already wrote to `out`."""
+    if not out.exists():
+        return set()
+    return {json.loads(line)["prompt"] for line in out.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int, out: Path) -> int:
+    """SmolLM2's greedy answers to one batch of requests, appended to `out` as {"prompt", "answer"}; answer tokens."""
+    enc = tok.apply_chat_template([[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True,
+                                  return_tensors="pt", padding=True, return_dict=True)
+    with torch.no_grad():
+        ans = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=end,
+                             pad_token_id=tok.pad_token_id)
+    tokens = 0
+    with out.open("a", encoding="utf-8") as f:
+        for p, row in zip(prompts, ans[:, enc["input_ids"].shape[1]:].tolist()):
+            row = row[: row.index(end)] if end in row else row
+            tokens += len(row)
+            f.write(json.dumps({"prompt": p, "answer": tok.decode(row, skip_special_tokens=True)}) + "\n")
+    return tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True)
@@ -30,21 +66,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from optimum_uag.models import smollm2
     from optimum_uag.models.prompt_sets import head_training_prompts, training_chat_prompts
     from optimum_uag.runners.packed import packed_weights
 
-    path = smollm2()
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
-    end = tok.convert_tokens_to_ids("<|im_end|>")
+    model, tok, end = load_smollm2()
     out = Path(args.output)
-    done = set()
-    if out.exists():
-        done = {json.loads(line)["prompt"] for line in out.read_text(encoding="utf-8").splitlines() if line.strip()}
+    done = answered(out)
     pool = head_training_prompts() if args.pool == "head" else training_chat_prompts()
     todo = sorted((p for p in pool if p not in done), key=lambda p: len(tok(p)["input_ids"]))
     print(f"[answers] {len(done)} answered before, {len(todo)} to answer", flush=True)
@@ -54,17 +81,7 @@ def main() -> None:
             if time.time() - t0 > args.minutes * 60:
                 break
             prompts = todo[start : start + args.batch]
-            enc = tok.apply_chat_template([[{"role": "user", "content": p}] for p in prompts],
-                                          add_generation_prompt=True, return_tensors="pt", padding=True,
-                                          return_dict=True)
-            with torch.no_grad():
-                ans = model.generate(**enc, do_sample=False, max_new_tokens=args.max_new_tokens, eos_token_id=end,
-                                     pad_token_id=tok.pad_token_id)
-            with out.open("a", encoding="utf-8") as f:
-                for p, row in zip(prompts, ans[:, enc["input_ids"].shape[1]:].tolist()):
-                    row = row[: row.index(end)] if end in row else row
-                    answer_tokens += len(row)
-                    f.write(json.dumps({"prompt": p, "answer": tok.decode(row, skip_special_tokens=True)}) + "\n")
+            answer_tokens += write_answers(model, tok, end, prompts, args.max_new_tokens, out)
             kept += len(prompts)
             print(f"[answers] {kept}/{len(todo)}, {answer_tokens} answer tokens, {(time.time() - t0) / 60:.1f} min",
                   flush=True)

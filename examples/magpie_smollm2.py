@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
@@ -31,25 +34,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2024)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from optimum_uag.models import smollm2
+    from answer_smollm2 import answered, load_smollm2, write_answers
     from optimum_uag.models.prompt_sets import heldout_chat_prompts
 
-    path = smollm2()
-    tok = AutoTokenizer.from_pretrained(path)
-    tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
-    end = tok.convert_tokens_to_ids("<|im_end|>")
+    model, tok, end = load_smollm2()
     template = tok.apply_chat_template([{"role": "user", "content": "\x00"}], tokenize=False,
                                        add_generation_prompt=True)
     prefix = template.split("\x00")[0]  # system turn + "<|im_start|>user\n"
     prefix_ids = tok(prefix, return_tensors="pt").input_ids
     held = {p.strip() for p in heldout_chat_prompts()}
     out = Path(args.output)
-    seen = set()
-    if out.exists():
-        seen = {json.loads(line)["prompt"] for line in out.read_text(encoding="utf-8").splitlines() if line.strip()}
+    seen = answered(out)
     t0, rounds, kept, answer_tokens = time.time(), 0, 0, 0
     while time.time() - t0 < args.minutes * 60:
         torch.manual_seed(args.seed + rounds + len(seen))
@@ -71,16 +66,7 @@ def main() -> None:
         if not prompts:
             continue
         prompts.sort(key=len)
-        enc = tok.apply_chat_template([[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True,
-                                      return_tensors="pt", padding=True, return_dict=True)
-        with torch.no_grad():
-            ans = model.generate(**enc, do_sample=False, max_new_tokens=args.max_new_tokens, eos_token_id=end,
-                                 pad_token_id=tok.pad_token_id)
-        with out.open("a", encoding="utf-8") as f:
-            for p, row in zip(prompts, ans[:, enc["input_ids"].shape[1]:].tolist()):
-                row = row[: row.index(end)] if end in row else row
-                answer_tokens += len(row)
-                f.write(json.dumps({"prompt": p, "answer": tok.decode(row, skip_special_tokens=True)}) + "\n")
+        answer_tokens += write_answers(model, tok, end, prompts, args.max_new_tokens, out)
         kept += len(prompts)
         print(f"[magpie] round {rounds}: {kept} conversations, {answer_tokens} answer tokens, "
               f"{(time.time() - t0) / 60:.1f} min", flush=True)
