@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""SmolLM2's own greedy answers to a pool of chat requests, for `optimum-uag train-draft --dataset_name`.
+"""SmolLM2's own answers (greedy, or sampled for more contexts) to a pool of chat requests, for `optimum-uag
+train-draft --dataset_name`.
 
 The feature head must predict what SmolLM2 answers greedily, so its training answers are SmolLM2's own. Batches of
 requests of similar length are answered by transformers' generate() on the prepacked CPU weights optimum-uag's
@@ -7,6 +8,11 @@ runners use (runners/packed.py: ~1.3x the plain weights at batch 32 on an AMD EP
 finishes: a time-budgeted run keeps what it made, and a rerun continues where it stopped.
 
     python examples/answer_smollm2.py --pool head --output W/answers.jsonl --minutes 30 --batch 32
+    python examples/answer_smollm2.py --pool head --output W/sampled.jsonl --temperature 0.7   # a sampled pass
+
+The head is trained on the target's own next-token distribution at every answer position (train-draft's features),
+so a sampled answer is as good a training context as a greedy one: a sampled pass over the same requests adds
+contexts the greedy answers never reach (what drafting meets when users sample).
 """
 from __future__ import annotations
 
@@ -39,12 +45,18 @@ def answered(out: Path) -> set:
     return {json.loads(line)["prompt"] for line in out.read_text(encoding="utf-8").splitlines() if line.strip()}
 
 
-def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int, out: Path) -> int:
-    """SmolLM2's greedy answers to one batch of requests, appended to `out` as {"prompt", "answer"}; answer tokens."""
+def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int, out: Path,
+                  temperature: float = 0.0, seed: int = 0) -> int:
+    """SmolLM2's answers (greedy; sampled when temperature > 0, seeded) to one batch of requests, appended to `out` as
+    {"prompt", "answer"}; returns the answer tokens."""
     enc = tok.apply_chat_template([[{"role": "user", "content": p}] for p in prompts], add_generation_prompt=True,
                                   return_tensors="pt", padding=True, return_dict=True)
+    sampling = {"do_sample": False}
+    if temperature > 0:
+        torch.manual_seed(seed)
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
     with torch.no_grad():
-        ans = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=end,
+        ans = model.generate(**enc, **sampling, max_new_tokens=max_new_tokens, eos_token_id=end,
                              pad_token_id=tok.pad_token_id)
     tokens = 0
     with out.open("a", encoding="utf-8") as f:
@@ -64,7 +76,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--max_new_tokens", type=int, default=160, help="longest answer")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: a sampled pass")
+    parser.add_argument("--seed", type=int, default=0, help="sampled passes: batch i is seeded with seed + i")
     args = parser.parse_args()
+    if args.temperature < 0:
+        parser.error(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
     torch.set_num_threads(args.threads)
     from optimum_uag.models.prompt_sets import head_training_prompts, training_chat_prompts
     from optimum_uag.runners.packed import packed_weights
@@ -81,12 +97,14 @@ def main() -> None:
             if time.time() - t0 > args.minutes * 60:
                 break
             prompts = todo[start : start + args.batch]
-            answer_tokens += write_answers(model, tok, end, prompts, args.max_new_tokens, out)
+            answer_tokens += write_answers(model, tok, end, prompts, args.max_new_tokens, out, args.temperature,
+                                           args.seed + start // args.batch)
             kept += len(prompts)
             print(f"[answers] {kept}/{len(todo)}, {answer_tokens} answer tokens, {(time.time() - t0) / 60:.1f} min",
                   flush=True)
     print(json.dumps({"answered": kept, "answer_tokens": answer_tokens, "minutes": round((time.time() - t0) / 60, 1),
-                      "batch": args.batch, "max_new_tokens": args.max_new_tokens}), flush=True)
+                      "batch": args.batch, "max_new_tokens": args.max_new_tokens,
+                      "temperature": args.temperature}), flush=True)
 
 
 if __name__ == "__main__":

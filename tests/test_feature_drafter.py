@@ -290,3 +290,30 @@ def test_cached_step_equals_the_training_unrolled_path(target, prompts):
             mask = ((keys <= t) | (keys == t + s) | ((keys > t) & (keys < t + s)))[None, None, None]
             h = head.step(h, embeds[:, t + s : t + s + 1], slot, cache_k, cache_v, slot, mask)
             assert torch.allclose(h[0, 0], unrolled[s][0, t], atol=1e-5), (t, s)
+
+
+def test_lookup_then_draft_widens_a_chain_only_when_an_ngram_matches():
+    """A chain round verifies the draft's K tokens when no row's n-gram matches in full; the lookup's length only
+    when one does (each verify token costs a batch on the CPU: 4 x 9 tokens for a chain of 3 lost at batch 4)."""
+    from optimum_uag.engine.drafters.base import Drafter
+    from optimum_uag.engine.drafters.combined import LookupThenDraft
+    from optimum_uag.engine.drafters.lookup import PromptLookupDrafter
+    from optimum_uag.engine.state import DecodingState, Proposal
+
+    class Chain(Drafter):
+        def propose(self, state, k):
+            return Proposal(torch.full((state.batch_size, k), 7), valid=torch.ones(state.batch_size, k, dtype=torch.bool))
+
+    drafter = LookupThenDraft(PromptLookupDrafter(2), Chain(), 8)
+    fresh = torch.tensor([[10, 11, 12, 13, 14, 15], [20, 21, 22, 23, 24, 25]])  # no n-gram repeats
+    state = DecodingState.create(fresh, torch.zeros(2, dtype=torch.long), 32, 0, 16)
+    state.round = 1
+    assert drafter.propose(state, 3).tokens.shape == (2, 3)
+    repeat = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2], [20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,
+                                                                          31, 32, 33]])
+    state = DecodingState.create(repeat, torch.zeros(2, dtype=torch.long), 32, 0, 16)
+    state.round = 1
+    mixed = drafter.propose(state, 3)
+    assert mixed.tokens.shape == (2, 8)
+    assert mixed.tokens[0].tolist() == [3, 4, 5, 6, 7, 8, 9, 10]  # row 0: the n-gram's continuation
+    assert mixed.tokens[1, :3].tolist() == [7, 7, 7] and mixed.valid[1].tolist() == [True] * 3 + [False] * 5

@@ -28,7 +28,9 @@ class LookupThenDraft(Drafter):
         if state.round > 0 and bool(full.all()):
             return Proposal(look.tokens, valid=look.valid, record=("lookup", self.inner.idle(state)))
         mine = self.inner.propose(state, k)
-        if mine.probs is not None or state.round == 0:
+        if mine.probs is not None or state.round == 0 or not bool((full & ~state.done).any()):
+            # no row's n-gram matched in full: the draft's K tokens alone, not widened to the lookup's length (a
+            # verify of 4 x (8 + 1) tokens for a chain of 3 cost batch 4 more than the chain earned)
             return Proposal(mine.tokens, mine.probs, mine.valid, record=("inner", mine))
         width = max(look.tokens.shape[1], mine.tokens.shape[1])
         tokens = torch.where(full[:, None], _widen(look.tokens, width), _widen(mine.tokens, width))
