@@ -7,11 +7,11 @@ Rows alternate per prompt (the order rotates from prompt to prompt), the whole s
 each ratio is the median over the repeats of that repeat's ratio (this CPU drifts 25-35% within a run).
 
   chat@1       held-out chat requests, batch 1: the default (draft tree + prompt-lookup branch), the tree without
-               lookup and a chain of K=5 without lookup, both at a fixed shape (tree vs chain, same head), the distilled
-               same-tokenizer draft
+               lookup and a chain of K=5 without lookup, both at a fixed shape (tree vs chain, same head, as many
+               verify columns), a wide tree (5, 4, 16) (EAGLE-2's comparison), the distilled same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
-  chat@4       batch 4: the default (a chain at batch > 1 on a CPU), and the tree forced
+  chat@4       batch 4: the default (a chain at batch > 1 on a CPU), the tree forced, a fixed chain of one token
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
 
@@ -38,6 +38,8 @@ from optimum_uag.runners.packed import packed_weights
 from bench_smollm2 import _count, load
 
 TARGET_ONLY = ("target-only", "target-only prepacked")
+WIDE_TREE = (5, 4, 16)  # depth, top_k, nodes
+WIDE_TREE_ROW = "head tree (5, 4, 16), no lookup"
 
 
 def encode(tok, prompts):
@@ -177,6 +179,9 @@ def main():
             "head default (tree + lookup branch)": ours(head, greedy),
             # tree vs chain, same head: both at a fixed shape (an adaptive row's tau counts its rounds without a draft)
             "head tree, no lookup": ours(head, greedy, prompt_lookup_num_tokens=0, draft_policy="fixed"),
+            # EAGLE-2's comparison: the same head drafting a wide tree (more verify columns than the chain's)
+            WIDE_TREE_ROW: ours(head, greedy, prompt_lookup_num_tokens=0, draft_policy="fixed",
+                                **dict(zip(("tree_depth", "tree_top_k", "tree_nodes"), WIDE_TREE))),
             f"head chain K={args.chain_k}, no lookup": ours(head, greedy, num_assistant_tokens=args.chain_k,
                                                            prompt_lookup_num_tokens=0),
             "distilled draft K=3": ours(same, greedy, num_assistant_tokens=3)}),
@@ -186,7 +191,9 @@ def main():
             "head default (tree + lookup branch)": ours(head, greedy)}),
         "sample@1": (chat, 1, sample, {"head default (tree + lookup branch)": ours(head, sample)}),
         "chat@4": (chat, 4, greedy, {"head default (batch > 1 on CPU: chain K=3 + lookup)": ours(head, greedy),
-                                     "head tree + lookup branch (draft_tree=True)": ours(head, greedy, draft_tree=True)}),
+                                     "head tree + lookup branch (draft_tree=True)": ours(head, greedy, draft_tree=True),
+                                     "head chain K=1, no lookup": ours(head, greedy, num_assistant_tokens=1,
+                                                                      prompt_lookup_num_tokens=0)}),
         "uag@1": (chat, 1, greedy, {
             "transformers UAG K=5": lambda enc, m: target.generate(
                 **enc, max_new_tokens=m, assistant_model=hf_cross, tokenizer=tok, assistant_tokenizer=ctok, **greedy),

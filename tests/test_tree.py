@@ -220,3 +220,39 @@ def test_tree_sampling_matches_target_distribution(kwargs):
     samples = (out.sequences[:, 5] * vocab + out.sequences[:, 6]).numpy()
     assert _chi2(samples, expected, n) > 0.01
     assert out.metrics.accepted_tokens > 0
+
+
+def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, monkeypatch):
+    """Where the n-gram continuation starts with the head's own first choice, it is verified whole beside the tree
+    (nodes + lookup columns; a replacement of the tree's weakest nodes would cap it at nodes - top_k tokens): on text
+    that repeats itself the rounds accept past the tree's depth, and the output stays the target's own. The head
+    here is an oracle for its first token only (the target's greedy token, scored first), so the tree alone accepts
+    exactly one token per round."""
+    from optimum_uag.engine.drafters.feature import FeatureDrafter
+
+    model, tok = embedded["target"]
+    head = make_head(model, None)
+    ids, mask = batch(tok, [prompts[0] * 2 + prompts[0][:40]])
+    ref = reference(model, ids, mask, 32, tok)
+    propose, logprobs = FeatureDrafter.propose, FeatureDrafter._draft_logprobs
+
+    def seen(self, state, k, branch=None):
+        self.seen_state = state
+        return propose(self, state, k, branch)
+
+    def first_token_oracle(self, hidden):
+        out = logprobs(self, hidden)
+        if hidden.dim() == 2:  # the root's children
+            nxt = ref.gather(1, self.seen_state.length.clamp_max(ref.shape[1] - 1)[:, None])
+            out = out.scatter(1, nxt, 10.0)
+        return out
+
+    monkeypatch.setattr(FeatureDrafter, "propose", seen)
+    monkeypatch.setattr(FeatureDrafter, "_draft_logprobs", first_token_oracle)
+    runs = {lookup: assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup,
+                                      draft_tree=True, draft_policy="fixed") for lookup in (0, 6)}
+    for out in runs.values():
+        assert torch.equal(out.sequences, ref)
+    width = DEFAULT_TREE.nodes + 1
+    assert (1, width + 6) in runs[6].metrics.target_shapes and (1, width + 6) not in runs[0].metrics.target_shapes
+    assert runs[6].metrics.tau > runs[0].metrics.tau + 0.5

@@ -60,6 +60,9 @@ class AssistedConfig:
     tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
     adaptive: bool = False  # draft length chosen per round from measured cost and acceptance (engine/policy.py)
     adaptive_requested: bool = False  # draft_policy="adaptive" given: a backend that cannot run it says so
+    # a tree's verify nodes added for a prompt-lookup branch the head endorses (its first token is the head's own
+    # first choice): the n-gram continuation verified whole, beside every node of the tree (eager backends; 0 off)
+    tree_branch_nodes: int = 0
 
     @property
     def max_draft_tokens(self) -> int:
@@ -67,7 +70,8 @@ class AssistedConfig:
         lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
         k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
-        return max(k, self.prompt_lookup_num_tokens or 0, self.tree.nodes if self.tree is not None else 0)
+        nodes = self.tree.nodes + self.tree_branch_nodes if self.tree is not None else 0
+        return max(k, self.prompt_lookup_num_tokens or 0, nodes)
 
     @property
     def max_accepted_tokens(self) -> int:
@@ -190,6 +194,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         generation_config=config,
         tree=tree,
         tree_requested=requested,
+        tree_branch_nodes=int(lookup or 0) if tree is not None else 0,
         adaptive=adaptive,
         adaptive_requested=policy == "adaptive",
     )

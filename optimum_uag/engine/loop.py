@@ -94,6 +94,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
             warnings.warn("optimum-uag: draft_policy='adaptive' runs on eager CPU / CUDA; with one fixed verify width "
                           f"(HPU graphs, torch_compile) every round drafts K={cfg.num_assistant_tokens}", stacklevel=3)
         cfg.adaptive = False
+        cfg.tree_branch_nodes = 0  # one verify shape per tree: the lookup branch replaces the tree's weakest nodes
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)

@@ -96,6 +96,8 @@ def compiled_forward(model, opts: CompileOptions):
 class CompiledCall:
     """Calls the compiled forward for decode-shaped blocks and the eager one otherwise; times first calls per shape."""
 
+    static_shapes = True  # the static runner keeps its whole cache width (one compiled shape per block width)
+
     def __init__(self, model, opts: CompileOptions):
         self.model, self.opts = model, opts
         self.fn, self.stats = compiled_forward(model, opts)

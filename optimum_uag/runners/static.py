@@ -20,6 +20,7 @@ class RowStaticCache(StaticCache):
     """
 
     slots: torch.Tensor | None = None
+    live: int | None = None  # attention reads the first `live` slots only (None: all of them)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -41,6 +42,8 @@ class RowStaticCache(StaticCache):
         index = self.slots[:, None, :, None].expand(-1, key_states.shape[1], -1, key_states.shape[-1])
         layer.keys.scatter_(2, index, key_states.to(layer.keys.dtype))
         layer.values.scatter_(2, index, value_states.to(layer.values.dtype))
+        if self.live is not None:
+            return layer.keys[:, :, : self.live], layer.values[:, :, : self.live]
         return layer.keys, layer.values
 
 
@@ -103,8 +106,16 @@ def attention_windows(model) -> dict[str, int | None]:
     return {t: (window if t == "sliding_attention" else None) for t in types}
 
 
+LIVE_BUCKET = 32  # eager CPU: attention reads the slots up to the block's end, rounded up to this many
+
+
 class StaticCacheRunner:
-    """Runs one causal LM over a static per-row KV cache; positions and the 4D mask are passed explicitly."""
+    """Runs one causal LM over a static per-row KV cache; positions and the 4D mask are passed explicitly.
+
+    On an eager CPU run, attention reads only the slots up to the block's last one (rounded up to LIVE_BUCKET), not
+    the whole capacity: a verify block early in a call attends over ~half the keys, and transformers' SDPA path
+    copies the keys / values of every layer for a block of several queries (grouped-query heads repeated), so the
+    copies shrink too. Compiled and CUDA runs keep the full width (one shape, no host read of the block's end)."""
 
     kind = "static"
 
@@ -130,26 +141,28 @@ class StaticCacheRunner:
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
+        self.live_prefix = self.device.type == "cpu"  # off after a model that refuses the shorter keys (see forward)
 
-    def _mask(self, slots: torch.Tensor, window: int | None) -> torch.Tensor:
+    def _mask(self, slots: torch.Tensor, window: int | None, keys: torch.Tensor) -> torch.Tensor:
         # key slot j is visible to query (b, i) iff pad_b <= j <= slot_bi (and slot_bi - j < window)
-        visible = (self.key_slots >= self.pad[:, None, None]) & (self.key_slots <= slots[:, :, None])
+        visible = (keys >= self.pad[:, None, None]) & (keys <= slots[:, :, None])
         if window is not None and window < self.max_len:
-            visible &= self.key_slots > slots[:, :, None] - window
+            visible &= keys > slots[:, :, None] - window
         # a padding column's query sees its own slot: with nothing visible its softmax would be NaN (models that
         # take the softmax in float32 over a float64 mask: -inf everywhere), and its NaN keys/values would reach
         # every later layer through 0 * NaN; no real query ever sees a padding slot
-        visible |= self.key_slots == slots[:, :, None]
+        visible |= keys == slots[:, :, None]
         mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
         return mask.masked_fill_(~visible, self.mask_value)[:, None]
 
-    def _tree_mask(self, tree, start: torch.Tensor, logical: torch.Tensor, window: int | None) -> torch.Tensor:
+    def _tree_mask(self, tree, start: torch.Tensor, logical: torch.Tensor, window: int | None,
+                   keys: torch.Tensor) -> torch.Tensor:
         """The additive 4D mask of a draft tree block (engine/tree.py): committed slots and ancestors."""
         from ..engine.tree import tree_visibility
 
-        visible = tree_visibility(tree, start, self.pad, self.key_slots)
+        visible = tree_visibility(tree, start, self.pad, keys)
         if window is not None and window < self.max_len:  # the window counts tree depth, as a chain would
-            visible &= self.key_slots > logical[:, :, None] - window
+            visible &= keys > logical[:, :, None] - window
         mask = torch.zeros(visible.shape, dtype=self.model.dtype, device=self.device)
         return mask.masked_fill_(~visible, self.mask_value)[:, None]
 
@@ -184,12 +197,30 @@ class StaticCacheRunner:
         offsets = torch.arange(length, device=self.device)
         slots = start[:, None] + offsets  # (B, L)
         self.cache.slots = slots
+        live = None
+        if self.live_prefix and getattr(self.call, "static_shapes", False) is False:
+            live = min(self.max_len, -(-(int(start.max()) + length) // LIVE_BUCKET) * LIVE_BUCKET)
+            live = None if live >= self.max_len else live
+        try:
+            return self._forward(tokens, start, slots, offsets, logits_to_keep, hidden, tree, live)
+        except RuntimeError:
+            if live is None:
+                raise
+            # a model that sizes its attention by the cache's full length (its own mask or position bias): the
+            # whole width from now on (the block's keys / values are rewritten, so the retry is exact)
+            self.live_prefix = False
+            return self._forward(tokens, start, slots, offsets, logits_to_keep, hidden, tree, None)
+
+    def _forward(self, tokens, start, slots, offsets, logits_to_keep, hidden, tree, live):
+        batch, length = tokens.shape
+        self.cache.live = live
+        keys = self.key_slots if live is None else self.key_slots[:live]
         if tree is None:
             logical = slots
-            masks = {kind: self._mask(slots, window) for kind, window in self.windows.items()}
+            masks = {kind: self._mask(slots, window, keys) for kind, window in self.windows.items()}
         else:
             logical = start[:, None] + tree.block_depths
-            masks = {kind: self._tree_mask(tree, start, logical, window) for kind, window in self.windows.items()}
+            masks = {kind: self._tree_mask(tree, start, logical, window, keys) for kind, window in self.windows.items()}
         kwargs = dict(input_ids=tokens, attention_mask=next(iter(masks.values())) if len(masks) == 1 else masks,
                       **{self.cache_name: self.cache}, **self.extra, **self.keep.kwargs(logits_to_keep))
         if self.positions:  # padded slots get position 0: absolute position tables have no negative rows

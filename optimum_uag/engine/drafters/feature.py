@@ -59,7 +59,8 @@ class FeatureDrafter(Drafter):
     needs_features = True
 
     def __init__(self, head: FeatureHead, model, state: DecodingState, capacity: int, vocab_size: int, sampler,
-                 confidence_threshold: float | None, width: int, processors=None, tree: TreeShape | None = None):
+                 confidence_threshold: float | None, width: int, processors=None, tree: TreeShape | None = None,
+                 branch_nodes: int = 0):
         check_head_matches(head, model)
         device, dtype = state.tokens.device, model.dtype
         self.head = head.to(device=device, dtype=dtype)
@@ -72,6 +73,7 @@ class FeatureDrafter(Drafter):
         # fixed one are rounded up (_bucket), so neither the prompt length nor max_new_tokens makes a new shape
         columns = _bucket(capacity + _bucket(max(width, state.prompt_len)) + PROMPT_BUCKET + 1, wide=True)
         self.tree = tree
+        self.branch_nodes = branch_nodes  # verify nodes added for a lookup branch the head endorses (0: none)
         self.scratch = columns  # a tree's nodes keep their keys / values past the slots (depth x top_k of them)
         if tree is not None:
             columns += tree.depth * tree.top_k
@@ -198,7 +200,18 @@ class FeatureDrafter(Drafter):
             scratch = scratch.gather(1, parent[..., None].expand(-1, -1, scratch.shape[-1]))
             frontier = size + 1 + best
             size += children.shape[1]
-        return self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
+        extend = None
+        if branch is not None and self.branch_nodes > 0:
+            # a lookup continuation whose first token is the head's own first choice is verified whole, beside the
+            # whole tree (a wider verify in those rounds only): on input-grounded requests the n-gram copies run
+            # longer than the nodes - top_k a replacement leaves it (one host read: eager backends only)
+            chain, rows = branch
+            endorsed = rows & (chain[:, 0] == pool_tokens[0][:, 0])
+            if bool(endorsed.any()):
+                extend = (chain[:, : self.branch_nodes], endorsed)
+                branch = (chain, rows & ~endorsed)
+        proposal = self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
+        return proposal if extend is None else _with_branch(proposal, *extend)
 
     @staticmethod
     def _select(pool_tokens, pool_scores, pool_parents, pool_depths, shape: TreeShape, branch=None) -> Proposal:
@@ -251,3 +264,18 @@ class FeatureDrafter(Drafter):
 
     def stats(self) -> DraftStats:
         return DraftStats(shapes=sorted(self.shapes), forwards=self.calls)
+
+
+def _with_branch(proposal: Proposal, chain: torch.Tensor, rows: torch.Tensor) -> Proposal:
+    """The tree with a chain from the root appended as m more nodes (block columns N + 1 .. N + m): verified in
+    `rows`, invalid (never accepted) in the others."""
+    tree, batch, n = proposal.tree, *proposal.tokens.shape
+    m, device = chain.shape[1], chain.device
+    steps = torch.arange(m, device=device)
+    parents = torch.cat([tree.parents, torch.where(steps == 0, 0, n + steps).expand(batch, -1)], 1)
+    depths = torch.cat([tree.depths, (steps + 1).expand(batch, -1)], 1)
+    valid = proposal.valid if proposal.valid is not None else torch.ones_like(proposal.tokens, dtype=torch.bool)
+    valid = torch.cat([valid, rows[:, None].expand(-1, m)], 1)
+    max_depth = max(tree.max_depth, m)
+    wide = Tree(parents=parents, depths=depths, ancestors=ancestor_matrix(parents, max_depth), max_depth=max_depth)
+    return Proposal(tokens=torch.cat([proposal.tokens, chain], 1), tree=wide, valid=valid)

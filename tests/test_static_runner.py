@@ -1,0 +1,65 @@
+"""The static runner on an eager CPU attends over the live prefix of its cache (the slots up to the block's end,
+rounded up to LIVE_BUCKET), not its whole capacity: same logits as the whole width, chains and trees, batches with
+left padding; a model that refuses the shorter keys falls back to the whole width once, exactly."""
+import torch
+
+from optimum_uag.engine.tree import Tree, ancestor_matrix
+from optimum_uag.runners.registry import make_runner
+from optimum_uag.runners.static import LIVE_BUCKET, StaticCacheRunner
+
+from test_engine import batch
+
+CAPACITY = 4 * LIVE_BUCKET + 9
+
+
+def _blocks(runner, ids):
+    """Logits of the prompt, a 6-token chain block and a 4-node tree block after it (row b's own slots)."""
+    gen = torch.Generator().manual_seed(0)
+    out = [runner.forward(ids, torch.zeros(ids.shape[0], dtype=torch.long), logits_to_keep=ids.shape[1])]
+    start = torch.full((ids.shape[0],), ids.shape[1])
+    out.append(runner.forward(torch.randint(0, 500, (ids.shape[0], 6), generator=gen), start, logits_to_keep=6))
+    parents = torch.tensor([[0, 0, 1, 3]]).expand(ids.shape[0], -1)
+    depths = torch.tensor([[1, 1, 2, 3]]).expand(ids.shape[0], -1)
+    tree = Tree(parents=parents, depths=depths, ancestors=ancestor_matrix(parents, 3), max_depth=3)
+    out.append(runner.forward(torch.randint(0, 500, (ids.shape[0], 5), generator=gen), start + 6, logits_to_keep=5,
+                              tree=tree))
+    return out
+
+
+def test_attention_reads_the_live_prefix_and_matches_the_whole_width(embedded, prompts):
+    model, tok = embedded["target"]
+    ids, mask = batch(tok, [prompts[1][:80], prompts[2][:40]])
+    pad = (mask == 0).sum(1)
+    live = make_runner(model, 2, CAPACITY, pad)
+    assert isinstance(live, StaticCacheRunner) and live.live_prefix
+    whole = make_runner(model, 2, CAPACITY, pad)
+    whole.live_prefix = False
+    got, want = _blocks(live, ids), _blocks(whole, ids)
+    assert live.cache.live is not None and live.cache.live < CAPACITY and live.cache.live % LIVE_BUCKET == 0
+    assert whole.cache.live is None
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_that_refuses_shorter_keys_gets_the_whole_width(embedded, prompts, monkeypatch):
+    """A model that sizes its attention by the cache's capacity (here: it raises on a narrower mask, as a shape
+    mismatch inside attention would) is retried at the whole width, and stays there."""
+    model, tok = embedded["target"]
+    ids, mask = batch(tok, [prompts[3][:60]])
+    pad = (mask == 0).sum(1)
+    whole = make_runner(model, 1, CAPACITY, pad)
+    whole.live_prefix = False
+    want = _blocks(whole, ids)
+    forward = type(model).forward
+
+    def capacity_only(self, *args, **kwargs):
+        if kwargs["attention_mask"].shape[-1] != CAPACITY:
+            raise RuntimeError("The size of tensor a must match the size of tensor b")
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", capacity_only)
+    runner = StaticCacheRunner(model, 1, CAPACITY, pad)
+    got = _blocks(runner, ids)
+    assert not runner.live_prefix and runner.cache.live is None
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
