@@ -256,3 +256,52 @@ def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, 
     width = DEFAULT_TREE.nodes + 1
     assert (1, width + 6) in runs[6].metrics.target_shapes and (1, width + 6) not in runs[0].metrics.target_shapes
     assert runs[6].metrics.tau > runs[0].metrics.tau + 0.5
+
+
+def test_duplicate_prefixes_share_one_column():
+    """root -> a(1), b(2), a(3); a(1) -> c(4); a(3) -> c(5), d(6); b(2) -> c(7). Sampling reads one target sample
+    per distinct prefix (column 3 reads 1's, column 5 reads 4's), never an invalid column's."""
+    from optimum_uag.engine.tree import same_prefix_columns
+
+    tree = _tree([0, 0, 0, 1, 3, 3, 2], 2)
+    a, b, c, d = 10, 11, 12, 13
+    nodes = torch.tensor([[a, b, a, c, c, d, c]])
+    assert same_prefix_columns(tree, nodes).tolist() == [[0, 1, 2, 1, 4, 4, 6, 7]]
+    valid = torch.tensor([[False, True, True, True, True, True, True]])  # column 1 invalid: never read by 3
+    assert same_prefix_columns(tree, nodes, valid).tolist() == [[0, 1, 2, 3, 4, 5, 6, 7]]
+
+
+def test_tree_sampling_with_a_repeated_node_keeps_the_target_distribution():
+    """A lookup branch beside the head's tree can repeat a head node (same token, same parent). With one target sample
+    per node, the round would take whichever copy goes deeper, favouring drafted tokens (here the second token would be
+    the branch's c' ~48% of the time instead of 30%); with one sample per distinct prefix the accepted tokens follow
+    the target (chi-square over the second token given the first, p > 0.01, on 20k rows of one verify)."""
+    from test_engine import _chi2
+
+    from optimum_uag.engine.sampling import LogitsWarper
+
+    vocab, rows, a, c1, c2, cp = 8, 20000, 1, 2, 3, 4
+    # block: root, A(a) [head], c1, c2 under A, A'(a) [branch], c' under A'
+    tree = _tree([0, 1, 1, 0, 4], 2)
+    tree = Tree(parents=tree.parents.expand(rows, -1), depths=tree.depths.expand(rows, -1),
+                ancestors=tree.ancestors.expand(rows, -1, -1), max_depth=2)
+    nodes = torch.tensor([[a, c1, c2, a, cp]]).expand(rows, -1)
+    root = torch.full((vocab,), 0.1 / (vocab - 1)).index_fill(0, torch.tensor([a]), 0.9)
+    after_a = torch.tensor([0.12, 0.12, 0.05, 0.05, 0.3, 0.12, 0.12, 0.12])  # at A and at A': the same prefix
+    table = torch.stack([root, after_a, after_a, after_a, after_a, after_a]).log()  # (N + 1, V) per block column
+
+    class FixedLogits:  # the target's logits per block column (the verify's sampling is what is under test)
+        def forward(self, tokens, start, logits_to_keep=0, hidden=False, tree=None):
+            return table.expand(tokens.shape[0], -1, -1)
+
+        def keep_path(self, start, columns):
+            pass
+
+    state = DecodingState.create(torch.tensor([[5, 6]]).expand(rows, -1), torch.zeros(rows, dtype=torch.long), 8, 0, 4)
+    torch.manual_seed(99)
+    verdict, _ = Verifier(FixedLogits(), LogitsWarper())(state, Proposal(tokens=nodes, tree=tree))
+    first_a = verdict.accepted >= 1
+    assert verdict.tokens[~first_a, 0].ne(a).all()
+    second = verdict.tokens[first_a, 1].numpy()
+    assert abs(first_a.float().mean().item() - 0.9) < 0.01
+    assert _chi2(second, after_a.numpy(), second.size) > 0.01

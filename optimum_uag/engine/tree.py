@@ -95,6 +95,31 @@ def tree_accept(target_tokens: torch.Tensor, nodes: torch.Tensor, tree: Tree,
     return path_of(tree, last)
 
 
+def same_prefix_columns(tree: Tree, nodes: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, N + 1): for every block column, the first valid column whose tokens from the root are the same (itself
+    when unique). A lookup branch can repeat a head node (the same token under the same parent): sampling draws one
+    target sample per distinct prefix and every duplicate reads it, so the tree acts as the trie of its token paths.
+    (Two independent samples at two copies of one prefix, with the round taking whichever copy goes deeper, would
+    favour drafted tokens: not the target's distribution.)"""
+    batch, n = nodes.shape
+    device = nodes.device
+    tokens = torch.cat([nodes.new_full((batch, 1), -1), nodes], 1)  # the root's own token is unique here
+    parents = torch.cat([tree.parents.new_zeros(batch, 1), tree.parents], 1)
+    ok = torch.ones(batch, n + 1, dtype=torch.bool, device=device)
+    if valid is not None:
+        ok[:, 1:] = valid
+    column = torch.arange(n + 1, device=device)
+    earlier = column[None, :] <= column[:, None]  # [i, j]: j at or before i
+    same_token = (tokens[:, :, None] == tokens[:, None, :]) & earlier & (ok[:, None, :] | torch.eye(
+        n + 1, dtype=torch.bool, device=device))
+    first = column.expand(batch, -1)
+    for _ in range(tree.max_depth):  # one level of the tree settles per pass (parents before children)
+        up = first.gather(1, parents)
+        same = same_token & (up[:, :, None] == up[:, None, :])
+        first = torch.where(same, column, n + 1).min(-1).values  # the first such column (itself at the latest)
+    return first
+
+
 def path_of(tree: Tree, last: torch.Tensor) -> TreePath:
     """The path from the root to block column `last` (B,): its node columns in depth order, padded to D."""
     batch, width = tree.ancestors.shape[:2]

@@ -8,7 +8,7 @@ import torch
 from .processors import TargetScorer
 from .sampling import LogitsWarper
 from .state import DecodingState, Proposal
-from .tree import tree_accept
+from .tree import same_prefix_columns, tree_accept
 
 
 @dataclass
@@ -152,6 +152,9 @@ class Verifier:
             # children are point-mass proposals, accepted with the target's probability of them, SpecInfer-style)
             probs = self.warper.probs(logits)
             target_tokens = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1).reshape(probs.shape[:-1])
+            # one sample per distinct prefix: a node that repeats another (a lookup branch beside a head node with
+            # the same tokens) reads that node's sample (engine/tree.py same_prefix_columns)
+            target_tokens = target_tokens.gather(1, same_prefix_columns(tree, nodes, proposal.valid))
         path = tree_accept(target_tokens, nodes, tree, proposal.valid)
         self.runner.keep_path(start, path.columns)
         batch = nodes.shape[0]
