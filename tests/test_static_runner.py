@@ -4,6 +4,7 @@ left padding; a model that refuses the shorter keys falls back to the whole widt
 import torch
 
 from optimum_uag.engine.tree import Tree, ancestor_matrix
+from optimum_uag.registry import model_state
 from optimum_uag.runners.registry import make_runner
 from optimum_uag.runners.static import LIVE_BUCKET, StaticCacheRunner
 
@@ -58,8 +59,33 @@ def test_a_model_that_refuses_shorter_keys_gets_the_whole_width(embedded, prompt
         return forward(self, *args, **kwargs)
 
     monkeypatch.setattr(type(model), "forward", capacity_only)
+    monkeypatch.setitem(model_state(model), "live_prefix", True)  # (the shared model gets its state back after)
     runner = StaticCacheRunner(model, 1, CAPACITY, pad)
     got = _blocks(runner, ids)
     assert not runner.live_prefix and runner.cache.live is None
+    assert not StaticCacheRunner(model, 1, CAPACITY, pad).live_prefix  # remembered for the model: no second failure
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_local_band_sliced_by_key_length_is_not_run_on_the_live_prefix():
+    """GPT-Neo's local layers cut their band out of a buffer by key length: over the live prefix the band is right
+    in the runner's probe and wrong past the window (a query loses its oldest window keys), so the probe compares
+    the live prefix with the whole width and the static runner is refused; decoding past the window stays exact."""
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    from optimum_uag import assisted_generate
+    from optimum_uag.runners.registry import select_runner
+
+    torch.manual_seed(0)
+    config = GPTNeoConfig(vocab_size=96, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=256,
+                          attention_types=[[["global", "local"], 1]], window_size=40, pad_token_id=0, eos_token_id=None)
+    model = GPTNeoForCausalLM(config).eval()
+    assert select_runner(model) != "static"
+    ids = torch.randint(1, 96, (1, 60), generator=torch.Generator().manual_seed(1))
+    ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False, pad_token_id=0,
+                         output_logits=True, return_dict_in_generate=True)
+    out = assisted_generate(model, None, ids, torch.ones_like(ids), max_new_tokens=24, prompt_lookup_num_tokens=4,
+                            output_logits=True)
+    assert torch.equal(out.sequences, ref.sequences)
+    torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=1e-4, atol=1e-4)

@@ -106,8 +106,9 @@ def same_prefix_columns(tree: Tree, nodes: torch.Tensor, valid: torch.Tensor | N
     tokens = torch.cat([nodes.new_full((batch, 1), -1), nodes], 1)  # the root's own token is unique here
     parents = torch.cat([tree.parents.new_zeros(batch, 1), tree.parents], 1)
     ok = torch.ones(batch, n + 1, dtype=torch.bool, device=device)
-    if valid is not None:
+    if valid is not None:  # a valid node under an invalid one is never reached either (its logits are another's)
         ok[:, 1:] = valid
+        ok = ~(tree.ancestors & ~ok[:, None, :]).any(-1)
     column = torch.arange(n + 1, device=device)
     earlier = column[None, :] <= column[:, None]  # [i, j]: j at or before i
     same_token = (tokens[:, :, None] == tokens[:, None, :]) & earlier & (ok[:, None, :] | torch.eye(

@@ -121,8 +121,18 @@ def _probe(model, cls) -> str | None:
     try:
         runner = cls(model, 2, _probe_capacity(model), pad)
         got = [runner.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
+        whole = None
+        if getattr(runner, "live_prefix", False):
+            # the static runner on an eager CPU reads only the live prefix of its cache, and the whole width once a
+            # block reaches its end: both must agree (GPT-Neo slices its local band by key length, right over a short
+            # prefix and wrong past its window)
+            whole = cls(model, 2, _probe_capacity(model), pad)
+            whole.live_prefix = False
+            whole = [whole.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
     except Exception as err:  # noqa: BLE001 - any failure means "not this runner"
         return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
+    if whole is not None and not all(_agrees(a.nan_to_num(), b.nan_to_num(), model.dtype) for a, b in zip(got, whole)):
+        return "logits differ between the cache's live prefix and its whole width"
     for row in range(2):
         seq, pairs = [], []  # the row's logical sequence, and (step, column) of each real token's logits
         for step, (tokens, _, keep) in enumerate(steps):

@@ -7,6 +7,7 @@ import inspect
 import torch
 from transformers import PreTrainedModel, StaticCache
 
+from ..registry import model_state
 from .common import LogitsKeeper, accepts, cache_argument, last_hidden_state, text_config
 
 
@@ -106,6 +107,11 @@ def attention_windows(model) -> dict[str, int | None]:
     return {t: (window if t == "sliding_attention" else None) for t in types}
 
 
+def _several_ranks() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and \
+        torch.distributed.get_world_size() > 1
+
+
 LIVE_BUCKET = 32  # eager CPU: attention reads the slots up to the block's end, rounded up to this many
 
 
@@ -141,7 +147,10 @@ class StaticCacheRunner:
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
-        self.live_prefix = self.device.type == "cpu"  # off after a model that refuses the shorter keys (see forward)
+        # off for a model that refused the shorter keys once (see forward), and across ranks (a failed collective
+        # must not be retried on one rank alone)
+        self.live_prefix = (self.device.type == "cpu" and model_state(model).get("live_prefix", True)
+                            and not _several_ranks())
 
     def _mask(self, slots: torch.Tensor, window: int | None, keys: torch.Tensor) -> torch.Tensor:
         # key slot j is visible to query (b, i) iff pad_b <= j <= slot_bi (and slot_bi - j < window)
@@ -208,7 +217,7 @@ class StaticCacheRunner:
                 raise
             # a model that sizes its attention by the cache's full length (its own mask or position bias): the
             # whole width from now on (the block's keys / values are rewritten, so the retry is exact)
-            self.live_prefix = False
+            self.live_prefix = model_state(self.model)["live_prefix"] = False
             return self._forward(tokens, start, slots, offsets, logits_to_keep, hidden, tree, None)
 
     def _forward(self, tokens, start, slots, offsets, logits_to_keep, hidden, tree, live):
