@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a second draft with its own tokenizer, run as an extra row side by side (Universal Assisted "
                         "Generation); default for SmolLM2: its cross-tokenizer draft")
     p.add_argument("--no_assistant", action="store_true", help="target-only generation")
-    p.add_argument("--prompt_lookup_num_tokens", type=int, default=None, help="n-gram drafting instead of a draft model")
+    p.add_argument("--prompt_lookup_num_tokens", type=int, default=None,
+                   help="n-gram drafting instead of a draft model; with a feature head, n-grams as a branch of its tree "
+                        "(default 8, 0 off)")
     p.add_argument("--max_new_tokens", type=int, default=None, help="default: 128 for SmolLM2, 64 otherwise")
     p.add_argument("--max_input_tokens", type=int, default=0, help="truncate prompts to this many tokens (0: no limit)")
     p.add_argument("--batch_size", type=int, default=1)
@@ -51,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width "
                    f"(default {DEFAULT_TREE.top_k})")
     p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket "
-                   f"(default {DEFAULT_TREE.nodes})")
+                   f"(default {DEFAULT_TREE.nodes}; a second bucket of nodes + prompt_lookup_num_tokens in rounds "
+                   "where the head's first choice starts an n-gram continuation, eager CPU/CUDA)")
     p.add_argument("--assistant_confidence_threshold", type=float, default=0.4)
     add_prompt_flags(p)
     p.add_argument("--num_return_sequences", type=int, default=1, help="samples per prompt (with --do_sample)")
