@@ -223,11 +223,11 @@ def test_tree_sampling_matches_target_distribution(kwargs):
 
 
 def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, monkeypatch):
-    """Where the n-gram continuation starts with the head's own first choice, it is verified whole beside the tree
-    (nodes + lookup columns; a replacement of the tree's weakest nodes would cap it at nodes - top_k tokens): on text
-    that repeats itself the rounds accept past the tree's depth, and the output stays the target's own. The head
-    here is an oracle for its first token only (the target's greedy token, scored first), so the tree alone accepts
-    exactly one token per round."""
+    """Where the n-gram continuation starts with the head's own first choices (its best token and that token's best
+    child), it is verified whole beside the tree (nodes + lookup columns; a replacement of the tree's weakest nodes
+    would cap it at nodes - top_k tokens): on text that repeats itself the rounds accept past the tree's depth, and
+    the output stays the target's own. The head here is an oracle for its first two tokens only (the target's greedy
+    tokens, scored first), so the tree alone accepts two tokens per round."""
     from optimum_uag.engine.drafters.feature import FeatureDrafter
 
     model, tok = embedded["target"]
@@ -240,15 +240,18 @@ def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, 
         self.seen_state = state
         return propose(self, state, k, branch)
 
-    def first_token_oracle(self, hidden):
+    def two_token_oracle(self, hidden):
         out = logprobs(self, hidden)
-        if hidden.dim() == 2:  # the root's children
-            nxt = ref.gather(1, self.seen_state.length.clamp_max(ref.shape[1] - 1)[:, None])
-            out = out.scatter(1, nxt, 10.0)
+        length = self.seen_state.length
+        if hidden.dim() == 2:  # the root's children: the target's next token first
+            out = out.scatter(1, ref.gather(1, length.clamp_max(ref.shape[1] - 1)[:, None]), 10.0)
+        elif out.shape[1] == DEFAULT_TREE.top_k:  # depth 2: the best node's best child is the target's token after it
+            best = out[:, 0].scatter(1, ref.gather(1, (length + 1).clamp_max(ref.shape[1] - 1)[:, None]), 10.0)
+            out = torch.cat([best[:, None], out[:, 1:]], 1)
         return out
 
     monkeypatch.setattr(FeatureDrafter, "propose", seen)
-    monkeypatch.setattr(FeatureDrafter, "_draft_logprobs", first_token_oracle)
+    monkeypatch.setattr(FeatureDrafter, "_draft_logprobs", two_token_oracle)
     runs = {lookup: assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup,
                                       draft_tree=True, draft_policy="fixed") for lookup in (0, 6)}
     for out in runs.values():

@@ -202,11 +202,15 @@ class FeatureDrafter(Drafter):
             size += children.shape[1]
         extend = None
         if branch is not None and self.branch_nodes > 0:
-            # a lookup continuation whose first token is the head's own first choice is verified whole, beside the
-            # whole tree (a wider verify in those rounds only): on input-grounded requests the n-gram copies run
-            # longer than the nodes - top_k a replacement leaves it (one host read: eager backends only)
+            # a lookup continuation whose first two tokens are the head's own first choices (its best token and
+            # that token's best child) is verified whole, beside the whole tree (a wider verify in those rounds only):
+            # on input-grounded requests the n-gram copies run longer than the nodes - top_k a replacement leaves
+            # it. One token of agreement widened a third of chat rounds for little (SmolLM2: chat 0.97x, grounded
+            # 1.06x of the replacement). One host read: eager backends only
             chain, rows = branch
             endorsed = rows & (chain[:, 0] == pool_tokens[0][:, 0])
+            if len(pool_tokens) > 1 and chain.shape[1] > 1:
+                endorsed &= chain[:, 1] == pool_tokens[1][:, 0]
             if bool(endorsed.any()):
                 extend = (chain[:, : self.branch_nodes], endorsed)
                 branch = (chain, rows & ~endorsed)
