@@ -23,6 +23,11 @@ from .base import Drafter, DraftStats, Picker, draft_loop, no_proposal
 from .feature_head import FeatureHead, embedding_checksum
 
 
+# tokens (1 or 2) of a lookup continuation that must be the head's own first choices for it to be verified whole
+# beside the tree; one token widened about a third of SmolLM2's chat rounds (benchmarks/results/lookup_branch.json)
+BRANCH_ENDORSE = 2
+
+
 def check_head_matches(head: FeatureHead, model) -> None:
     """Refuse a head trained for another target (shape, vocabulary, or the recorded embedding checksum)."""
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -202,14 +207,13 @@ class FeatureDrafter(Drafter):
             size += children.shape[1]
         extend = None
         if branch is not None and self.branch_nodes > 0:
-            # a lookup continuation whose first two tokens are the head's own first choices (its best token and
-            # that token's best child) is verified whole, beside the whole tree (a wider verify in those rounds only):
-            # on input-grounded requests the n-gram copies run longer than the nodes - top_k a replacement leaves
-            # it. One token of agreement widened a third of chat rounds for little (SmolLM2: chat 0.97x, grounded
-            # 1.06x of the replacement). One host read: eager backends only
+            # a lookup continuation whose first BRANCH_ENDORSE tokens are the head's own first choices (its best
+            # token, and that token's best child) is verified whole, beside the whole tree (a wider verify in those
+            # rounds only): on input-grounded requests the n-gram copies run longer than the nodes - top_k a
+            # replacement leaves it (benchmarks/bench_lookup_branch.py). One host read: eager backends only
             chain, rows = branch
             endorsed = rows & (chain[:, 0] == pool_tokens[0][:, 0])
-            if len(pool_tokens) > 1 and chain.shape[1] > 1:
+            if BRANCH_ENDORSE > 1 and len(pool_tokens) > 1 and chain.shape[1] > 1:
                 endorsed &= chain[:, 1] == pool_tokens[1][:, 0]
             if bool(endorsed.any()):
                 extend = (chain[:, : self.branch_nodes], endorsed)
