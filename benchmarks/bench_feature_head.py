@@ -11,7 +11,8 @@ each ratio is the median over the repeats of that repeat's ratio (this CPU drift
                verify columns), a wide tree (5, 4, 16) (EAGLE-2's comparison), the distilled same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
-  chat@4       batch 4: the default (a chain at batch > 1 on a CPU), the tree forced, a fixed chain of one token
+  chat@4       batch 4: the default (an adaptive chain at batch > 1 on a CPU, no default n-grams), the tree
+               forced, a fixed chain of one token
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
 
@@ -190,7 +191,7 @@ def main():
                                                 num_assistant_tokens=args.lookup),
             "head default (tree + lookup branch)": ours(head, greedy)}),
         "sample@1": (chat, 1, sample, {"head default (tree + lookup branch)": ours(head, sample)}),
-        "chat@4": (chat, 4, greedy, {"head default (batch > 1 on CPU: chain K=3 + lookup)": ours(head, greedy),
+        "chat@4": (chat, 4, greedy, {"head default (batch > 1 on CPU: adaptive chain)": ours(head, greedy),
                                      "head tree + lookup branch (draft_tree=True)": ours(head, greedy, draft_tree=True),
                                      "head chain K=1, no lookup": ours(head, greedy, num_assistant_tokens=1,
                                                                       prompt_lookup_num_tokens=0)}),

@@ -114,6 +114,20 @@ def test_batches_draft_a_chain_on_a_cpu_unless_a_tree_is_asked_for(embedded, pro
     assert forced.metrics.tree_rounds > 0 and torch.equal(forced.sequences, auto.sequences)
 
 
+def test_a_heads_batch_chain_on_a_cpu_drafts_without_the_default_ngrams(embedded, prompts):
+    """At batch > 1 on a CPU the head's chain runs without the n-grams put in front of it by default (a round where
+    one row matches would verify B x (lookup + 1) tokens); asked for, they stay."""
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, [prompts[0] * 2, prompts[2] * 2])
+    ref = reference(model, ids, mask, 24, tok)
+    auto = assisted_generate(model, head, ids, mask, max_new_tokens=24, num_assistant_tokens=2, draft_policy="fixed")
+    asked = assisted_generate(model, head, ids, mask, max_new_tokens=24, num_assistant_tokens=2, draft_policy="fixed",
+                              prompt_lookup_num_tokens=8)
+    assert torch.equal(auto.sequences, ref) and torch.equal(asked.sequences, ref)
+    assert (2, 9) not in auto.metrics.target_shapes and (2, 9) in asked.metrics.target_shapes
+
+
 def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded, prompts):
     model, tok = embedded["target"]
     head = make_head(model, 300)

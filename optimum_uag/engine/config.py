@@ -63,6 +63,7 @@ class AssistedConfig:
     # a tree's verify nodes added for a prompt-lookup branch the head endorses (its first token is the head's own
     # first choice): the n-gram continuation verified whole, beside every node of the tree (eager backends; 0 off)
     tree_branch_nodes: int = 0
+    lookup_is_default: bool = False  # prompt lookup in front of a feature head because none was asked for
 
     @property
     def max_draft_tokens(self) -> int:
@@ -132,7 +133,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
 
     lookup = config.prompt_lookup_num_tokens
-    if lookup is None and _is_feature_head(assistant_model):
+    lookup_is_default = lookup is None and _is_feature_head(assistant_model)
+    if lookup_is_default:
         lookup = HEAD_LOOKUP_TOKENS  # n-grams as a branch of the head's tree (or first, for a chain); 0 turns it off
     k = _num_assistant_tokens(explicit, generation_config, assistant_model, lookup)
 
@@ -195,6 +197,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         tree=tree,
         tree_requested=requested,
         tree_branch_nodes=int(lookup or 0) if tree is not None else 0,
+        lookup_is_default=lookup_is_default,
         adaptive=adaptive,
         adaptive_requested=policy == "adaptive",
     )

@@ -119,6 +119,12 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
                                   prefix_allowed_tokens_fn))
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
+        if cfg.tree is None and cfg.lookup_is_default and call.state.batch_size > 1 and runner_device(runner) == "cpu":
+            # a head's chain at batch > 1 on a CPU drafts without the default n-grams in front: a round where one
+            # row's n-gram matches verifies B x (lookup + 1) tokens, and the adaptive policy, timing those rounds,
+            # switched drafting off in most rounds (SmolLM2, batch 4: docs/benchmarks.md, chat@4).
+            # prompt_lookup_num_tokens=N keeps them
+            cfg.prompt_lookup_num_tokens = None
         call.policy = _adaptive_policy(cfg, model, assistant_model)
         if call.policy is not None and call.policy.never:  # a draft that cannot gain is not even set up
             drafter = Drafter()  # (a UAG draft's vocabulary tables, a draft's cache: seconds for a 262k vocabulary)
