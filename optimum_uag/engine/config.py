@@ -60,8 +60,9 @@ class AssistedConfig:
     tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
     adaptive: bool = False  # draft length chosen per round from measured cost and acceptance (engine/policy.py)
     adaptive_requested: bool = False  # draft_policy="adaptive" given: a backend that cannot run it says so
-    # a tree's verify nodes added for a prompt-lookup branch the head endorses (its first token is the head's own
-    # first choice): the n-gram continuation verified whole, beside every node of the tree (eager backends; 0 off)
+    # a tree's verify nodes added for a prompt-lookup branch the head endorses (its first tokens are the head's own
+    # first choices, drafters/feature.py BRANCH_ENDORSE): the n-gram continuation verified whole, beside every node of
+    # the tree (eager backends; 0 off)
     tree_branch_nodes: int = 0
     lookup_is_default: bool = False  # prompt lookup in front of a feature head because none was asked for
 

@@ -118,17 +118,18 @@ def _probe(model, cls) -> str | None:
     pad = torch.tensor([0, 2], device=model.device)
     # (tokens, start per row, how many of the block each row keeps)
     steps = [(prompt, [0, 0], [7, 7]), (block1, [7, 7], [1, 0]), (block2, [8, 7], [2, 2]), (block3, [10, 9], [1, 1])]
-    try:
+    def run(live_prefix: bool | None = None) -> tuple:
         runner = cls(model, 2, _probe_capacity(model), pad)
-        got = [runner.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
-        whole = None
-        if getattr(runner, "live_prefix", False):
-            # the static runner on an eager CPU reads only the live prefix of its cache, and the whole width once a
-            # block reaches its end: both must agree (GPT-Neo slices its local band by key length, right over a short
-            # prefix and wrong past its window)
-            whole = cls(model, 2, _probe_capacity(model), pad)
-            whole.live_prefix = False
-            whole = [whole.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
+        if live_prefix is not None:
+            runner.live_prefix = live_prefix
+        return runner, [runner.forward(t, torch.tensor(s, device=model.device)) for t, s, _ in steps]
+
+    try:
+        runner, got = run()
+        # the static runner on an eager CPU reads only the live prefix of its cache, and the whole width once a block
+        # reaches its end: both must agree (GPT-Neo slices its local band by key length, right over a short prefix
+        # and wrong past its window)
+        whole = run(live_prefix=False)[1] if getattr(runner, "live_prefix", False) else None
     except Exception as err:  # noqa: BLE001 - any failure means "not this runner"
         return f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
     if whole is not None and not all(_agrees(a.nan_to_num(), b.nan_to_num(), model.dtype) for a, b in zip(got, whole)):

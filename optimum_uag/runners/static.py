@@ -208,8 +208,8 @@ class StaticCacheRunner:
         self.cache.slots = slots
         live = None
         if self.live_prefix and getattr(self.call, "static_shapes", False) is False:
-            live = min(self.max_len, -(-(int(start.max()) + length) // LIVE_BUCKET) * LIVE_BUCKET)
-            live = None if live >= self.max_len else live
+            live = -(-(int(start.max()) + length) // LIVE_BUCKET) * LIVE_BUCKET
+            live = live if live < self.max_len else None
         try:
             return self._forward(tokens, start, slots, offsets, logits_to_keep, hidden, tree, live)
         except RuntimeError:
