@@ -26,6 +26,16 @@ def make_head(model, draft_vocab: int | None, seed: int = 0) -> FeatureHead:
     return head.eval()
 
 
+def make_fused_head(model, draft_vocab: int | None, layers=(1, 3), seed: int = 0) -> FeatureHead:
+    """make_head with EAGLE-3's fused features over `layers`, its fuse map away from the identity (the earlier
+    layers count in every draft)."""
+    head = make_head(model, draft_vocab, seed)
+    head.add_fusion(list(layers))
+    with torch.no_grad():
+        head.fuse.weight.add_(0.002 * torch.randn_like(head.fuse.weight))
+    return head.eval()
+
+
 @pytest.fixture(scope="module")
 def target(embedded):
     return embedded["target"]
@@ -261,15 +271,18 @@ def test_torch_compile(target, prompts):
 
 
 @torch.no_grad()
-def test_cached_step_equals_the_training_unrolled_path(target, prompts):
+@pytest.mark.parametrize("fused", [False, True])
+def test_cached_step_equals_the_training_unrolled_path(target, prompts, fused):
     """The head's cached drafting (step() over its static cache: true pairs first, then its own outputs fed back as
     features) computes what training's unrolled() computes for the same tokens, for several drafting steps: the
     head is trained on exactly what drafting runs."""
     model, tok = target
-    head = make_head(model, 300, seed=5).float()
+    head = (make_fused_head(model, 300, seed=5) if fused else make_head(model, 300, seed=5)).float()
     ids = tok(prompts[2], return_tensors="pt")["input_ids"][:, :40]
     out = model(ids, output_hidden_states=True)
     feats = out.hidden_states[-1]  # f_0 .. f_{T-1}
+    if fused:  # EAGLE-3: the earlier layers' hidden states in front
+        feats = torch.cat([out.hidden_states[i] for i in head.feature_layers] + [feats], -1)
     steps, length = 3, ids.shape[1] - 3
     embeds = model.get_input_embeddings()(ids[:, 1:])  # x_1 .. x_{T-1}
     unrolled = head.unrolled(feats[:, :length], embeds, steps)  # per step s: h at pairs t (guess of f_{t+s+1})
@@ -317,3 +330,84 @@ def test_lookup_then_draft_widens_a_chain_only_when_an_ngram_matches():
     assert mixed.tokens.shape == (2, 8)
     assert mixed.tokens[0].tolist() == [3, 4, 5, 6, 7, 8, 9, 10]  # row 0: the n-gram's continuation
     assert mixed.tokens[1, :3].tolist() == [7, 7, 7] and mixed.valid[1].tolist() == [True] * 3 + [False] * 5
+
+
+# ------------------------------------------------------------------------------ fused features (EAGLE-3)
+@torch.no_grad()
+def test_a_fused_head_starts_as_the_same_function(target, prompts):
+    """add_fusion() gives a head EAGLE-3's fused input (earlier layers + the final norm's output) as the same
+    function (fuse = [0 | 0 | I]), on the first step (fused target features) and the later ones (its own H-wide
+    outputs); fuse_features refuses features of another width."""
+    from optimum_uag.training.feature import fused_hidden_states
+
+    model, tok = target
+    plain = make_head(model, 300, seed=3).float()
+    fused = make_head(model, 300, seed=3).float()
+    fused.add_fusion([2, 4])
+    ids = tok(prompts[1], return_tensors="pt")["input_ids"][:, :30]
+    states = model(ids, output_hidden_states=True).hidden_states
+    feats = fused_hidden_states(states, [2, 4])
+    hidden = model.config.hidden_size
+    assert feats.shape[-1] == 3 * hidden == fused.feature_size and plain.feature_size == hidden
+    assert torch.equal(feats[..., -hidden:], states[-1]) and torch.equal(feats[..., :hidden], states[2])
+    embeds = model.get_input_embeddings()(ids[:, 1:])
+    a = plain.unrolled(states[-1][:, :27], embeds, 3)
+    b = fused.unrolled(feats[:, :27], embeds, 3)
+    for x, y in zip(a, b):
+        assert torch.allclose(x, y, atol=1e-5)
+    with pytest.raises(ValueError, match="fuses layers"):
+        fused.fuse_features(feats[..., : 2 * hidden])
+    fused.fuse.weight.add_(0.05 * torch.randn_like(fused.fuse.weight))  # as training moves it: the layers count
+    assert not torch.allclose(fused.unrolled(feats[:, :27], embeds, 1)[0], a[0], atol=1e-3)
+
+
+def test_fused_features_train_save_and_load(target, prompts, tmp_path):
+    """extract_features with feature_layers writes (m + 1) H-wide shards and refuses a folder of other layers;
+    train_feature_head adds the fusion to a head that had none, saves feature_layers in its config, and a head without
+    fusion trains on the final norm's part of the same shards."""
+    from optimum_uag.training.feature import extract_features, train_feature_head
+
+    model, tok = target
+    seqs = [tok(p * 2)["input_ids"][:48] for p in prompts[:6]]
+    work = tmp_path / "features"
+    extract_features(model, seqs, work, feature_layers=[2, 4], log=lambda m: None)
+    shard = torch.load(next(work.glob("features-*.pt")), weights_only=False)
+    assert shard[0]["features"].shape[-1] == 3 * model.config.hidden_size
+    with pytest.raises(ValueError, match="holds features of layers"):
+        extract_features(model, seqs, work, feature_layers=[1], log=lambda m: None)
+    start = tmp_path / "start"
+    save_feature_head(make_head(model, 300), start)
+    common = dict(target_name="test-target", minutes=0.05, steps=2, window=24, batch_size=2, holdout=0.2,
+                  start_from=start, log=lambda m: None)
+    result = train_feature_head(model, work, tmp_path / "fused", feature_layers=[2, 4], **common)
+    assert result["feature_layers"] == [2, 4] and result["steps"] > 0
+    head = load_feature_head(tmp_path / "fused")
+    assert head.feature_layers == [2, 4] and head.fuse is not None
+    result = train_feature_head(model, work, tmp_path / "plain", **common)
+    assert result["feature_layers"] is None and load_feature_head(tmp_path / "plain").fuse is None
+
+
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_fused_head_matches_target(target, prompts, tree, kind):
+    """A head with fused features drafts from the layers its verify forwards return (static runner, the model's own
+    cache), chains and trees: exact, and it drafts as unrolled() predicts (its acceptance differs from the same
+    head reading the final norm alone)."""
+    from optimum_uag.registry import model_state
+    from optimum_uag.runners.registry import select_runner
+
+    model, tok = target
+    select_runner(model)
+    saved = model_state(model)["runner"]
+    model_state(model)["runner"] = (kind, True)
+    try:
+        ids, mask = batch(tok, prompts[:3])
+        head = make_fused_head(model, 300)
+        opts = dict(draft_tree=True, draft_policy="fixed") if tree else dict(num_assistant_tokens=3)
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=24, **opts)
+        assert torch.equal(out.sequences, reference(model, ids, mask, 24, tok))
+        assert out.metrics.draft_forwards > 0 and out.metrics.accepted_tokens > 0
+        if tree and kind == "static":  # (the model's own cache takes no tree mask: a chain, said in a line)
+            assert out.metrics.tree_rounds > 0
+    finally:
+        model_state(model)["runner"] = saved

@@ -58,6 +58,13 @@ def plain(embedded, prompts):
                                                  max_new_tokens=24, draft_tree=True,
                                                  draft_policy="fixed").metrics.accepted_tokens  # a tree every round
                             for b in (1, 4)}
+    from test_feature_drafter import make_fused_head
+
+    ref["fused_head"] = make_fused_head(target, 300, layers=(2, 5))  # EAGLE-3's fused features: layers 2, 5 + norm
+    ref["fused_accepted"] = {b: assisted_generate(target, ref["fused_head"], ref[f"ids{b}"], ref[f"mask{b}"],
+                                                  max_new_tokens=24, draft_tree=True,
+                                                  draft_policy="fixed").metrics.accepted_tokens
+                             for b in (1, 4)}
     tt, dt = small_pair()
     tiny = {
         "same": (_sharp(tiny_llama(8, 0, layers=1, hidden=16), "lm_head", 4.0),
@@ -560,6 +567,24 @@ def test_feature_head_tree_on_gaudi_target_equals_target(plain, emu, gaudi_model
         assert out.metrics.tree_rounds == out.metrics.target_calls - 1 and (batch, width) in out.metrics.target_shapes
     assert captured[0] == captured[1] <= 2  # prefill + the tree bucket
     assert out.metrics.accepted_tokens == plain["tree_accepted"][batch] > 0
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_fused_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_models, batch):
+    """A head with fused features (EAGLE-3) on the Gaudi runner: optimum-habana's models return no hidden_states, so
+    pre-hooks on the fused decoder layers copy their inputs, beside the final norm's hook, into one buffer per block
+    shape inside the captured graphs. Greedy output equals the target's, captures stay the prefill and the tree
+    bucket, and the accepted tokens equal the plain target's (the same layers' features, read back from replays)."""
+    target, head = gaudi_models["target"], plain["fused_head"]
+    captured = []
+    for max_new in (16, 24):
+        emu.reset_counters(clear_graphs=True)
+        out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], max_new_tokens=max_new,
+                                do_sample=False, draft_tree=True, draft_policy="fixed", **GAUDI)
+        assert torch.equal(out.sequences, plain[f"greedy{batch}"][:, : out.sequences.shape[1]])
+        captured.append(emu.captures.get("target", 0))
+    assert captured[0] == captured[1] <= 2
+    assert out.metrics.accepted_tokens == plain["fused_accepted"][batch] > 0
 
 
 def test_uag_draft_window_slides_on_gaudi(plain, emu, gaudi_models):

@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "head's agreement on, instead of a 5%% split of the training prompts")
     p.add_argument("--train_lm_head", action="store_true",
                    help="train the draft LM head's rows (default: the target's rows, frozen, as EAGLE-1/2)")
+    p.add_argument("--feature_layers", default="none",
+                   help="fused target features (EAGLE-3): 'eagle3' (the inputs of layers 2, L/2 and L-3, then the final "
+                        "norm's output), a comma list of hidden_states indices, or 'none' (the final norm's output "
+                        "alone); with --init_head, a head without them starts fused as the same function")
     p.add_argument("--learning_rate", type=float, default=1e-3)
     p.add_argument("--device", default="auto", help="auto (hpu > cuda > cpu), cpu, cuda, hpu")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
@@ -164,6 +168,26 @@ def token_sequences(records: list[dict], tok, column: str, seq_len: int, model=N
     return [s for s in seqs if len(s["ids"]) >= 16]
 
 
+def parse_feature_layers(value: str, num_layers: int) -> list[int]:
+    """'none' -> [], 'eagle3' -> EAGLE-3's low / middle / high layers, '2,15,27' -> [2, 15, 27] (checked)."""
+    from ..training.feature import eagle3_layers
+
+    value = (value or "none").strip().lower()
+    if value == "none":
+        return []
+    if value == "eagle3":
+        return eagle3_layers(num_layers)
+    try:
+        layers = sorted({int(x) for x in value.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(f"train-draft: --feature_layers takes 'none', 'eagle3' or hidden_states indices like "
+                         f"'2,15,27', got {value!r}")
+    if not layers or layers[0] < 0 or layers[-1] >= num_layers:
+        raise SystemExit(f"train-draft: --feature_layers {value!r}: indices must lie in 0..{num_layers - 1} (the "
+                         f"target has {num_layers} layers; the final norm's output is always included)")
+    return layers
+
+
 def train_draft_main(argv=None) -> int:
     from ..training.feature import extract_features, train_feature_head
     from .loading import load, resolve_model_name
@@ -175,6 +199,8 @@ def train_draft_main(argv=None) -> int:
     t0 = time.time()
     name = args.model_name_or_path
     model, tok, path = load(resolve_model_name(name), "target", device, torch.float32, args)
+    text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    layers = parse_feature_layers(args.feature_layers, int(text_cfg.num_hidden_layers))
     records = read_records(args.dataset_name, args.dataset_max_samples)
     seqs = token_sequences(records, tok, args.column_name, args.seq_len, model, args.generate_answers,
                            args.max_new_tokens)
@@ -184,14 +210,14 @@ def train_draft_main(argv=None) -> int:
     trained = sum(sum(s["loss_mask"]) for s in seqs)
     print(f"train-draft: {len(seqs)} sequences, {sum(len(s['ids']) for s in seqs)} tokens ({trained} trained on); "
           f"features in {work}", flush=True)
-    info = extract_features(model, seqs, work, max_minutes=budget * args.feature_share,
+    info = extract_features(model, seqs, work, max_minutes=budget * args.feature_share, feature_layers=layers,
                             log=lambda m: print(m, flush=True))
     eval_dir = None
     if args.eval_dataset:  # held out by construction: features of their own, never trained on
         eval_seqs = token_sequences(read_records([args.eval_dataset], None), tok, args.column_name, args.seq_len, model,
                                     args.generate_answers, args.max_new_tokens)
         eval_dir = work / "eval"
-        extract_features(model, eval_seqs, eval_dir, log=lambda m: print(m, flush=True))
+        extract_features(model, eval_seqs, eval_dir, feature_layers=layers, log=lambda m: print(m, flush=True))
     left = max(1.0, budget - (time.time() - t0) / 60)
     eos = tok.eos_token_id
     result = train_feature_head(model, work, args.output_dir, target_name=name,
@@ -199,7 +225,7 @@ def train_draft_main(argv=None) -> int:
                                 steps=args.unroll_steps, window=args.window, batch_size=args.batch_size,
                                 lr=args.learning_rate, seed=args.seed, eos_token_ids=[eos] if eos is not None else [],
                                 freeze_lm_head=not args.train_lm_head, start_from=args.init_head,
-                                eval_dir=eval_dir,
+                                eval_dir=eval_dir, feature_layers=layers,
                                 log=lambda m: print(m, flush=True))
     result["features"] = info
     result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])

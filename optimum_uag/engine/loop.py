@@ -167,7 +167,7 @@ class _Call:
         cfg, state, scorer = self.cfg, self.state, self.scorer
         keep_scores = cfg.output_scores or cfg.output_logits
         verifier = Verifier(runner, self.warper, scorer if scorer.needed else None, keep_scores,
-                            features=drafter.needs_features)
+                            features=drafter.needs_features and (drafter.feature_layers or True))
         kept: list[list] = [[] for _ in range(state.batch_size)]  # per row: (scores, logits) of each new token
         static_k = cfg.max_draft_tokens if self.plan.static_verify else None
         eos_ids = torch.tensor(cfg.eos_token_ids, device=state.tokens.device) if cfg.eos_token_ids else None

@@ -87,10 +87,11 @@ class Verifier:
 
     With logits processors (`scorer`), the target's logits at each position are processed with that position's
     prefix first, so greedy picks and the distribution verified against are those of target-only generate().
-    With `features`, the forward also returns the target's last hidden states (for a feature drafter)."""
+    With `features`, the forward also returns the target's last hidden states (for a feature drafter; a tuple of
+    layer indices: those layers' hidden states before them, for a head with fused features)."""
 
     def __init__(self, runner, warper: LogitsWarper | None, scorer: TargetScorer | None = None,
-                 keep_scores: bool = False, features: bool = False):
+                 keep_scores: bool = False, features: bool | tuple = False):
         self.runner = runner
         self.warper = warper
         self.scorer = scorer
@@ -107,7 +108,7 @@ class Verifier:
         inputs = torch.cat([state.window(start, width), proposal.tokens], dim=1)
         features = None
         if self.features:
-            logits, features = self.runner.forward(inputs, start, logits_to_keep=k + 1, hidden=True)
+            logits, features = self.runner.forward(inputs, start, logits_to_keep=k + 1, hidden=self.features)
         else:
             logits = self.runner.forward(inputs, start, logits_to_keep=k + 1)
         finite = torch.isfinite(logits).all()
@@ -139,7 +140,7 @@ class Verifier:
         inputs = torch.cat([state.window(start, 1), nodes], dim=1)
         features = None
         if self.features:
-            logits, features = self.runner.forward(inputs, start, logits_to_keep=n + 1, hidden=True, tree=tree)
+            logits, features = self.runner.forward(inputs, start, logits_to_keep=n + 1, hidden=self.features, tree=tree)
         else:
             logits = self.runner.forward(inputs, start, logits_to_keep=n + 1, tree=tree)
         finite = torch.isfinite(logits).all()

@@ -182,6 +182,16 @@ def final_norm(model):
     return None
 
 
+def decoder_layers(model):
+    """The model's list of decoder layers (what hidden_states[l] is the input of), or None."""
+    base = getattr(model, "base_model", model)
+    for name in ("layers", "h", "blocks"):
+        module = getattr(base, name, None)
+        if isinstance(module, torch.nn.ModuleList):
+            return module
+    return None
+
+
 def text_config_of(model):
     config = model.config
     return config.get_text_config() if hasattr(config, "get_text_config") else config

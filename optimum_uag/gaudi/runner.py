@@ -10,9 +10,9 @@ from ..runners import local_config
 from ..runners.common import PROMPT_BUCKET, accepts
 from . import device as hpu
 from .cache import MARGIN, POOLED, _bits, _bucketed, _evict, _pool, _pooled_width, _width  # noqa: F401 (MARGIN)
-from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism, final_norm,  # noqa: F401
-                      forward_conventions, own_cache_bytes, read_past_from_mask_width, refusal, restore_updates,
-                      text_config_of, write_blocks_at_token_idx)
+from .classes import (REFUSED, UPSTREAM_DIFFERS, _kv_caches, _live, cache_mechanism,  # noqa: F401
+                      decoder_layers, final_norm, forward_conventions, own_cache_bytes, read_past_from_mask_width,
+                      refusal, restore_updates, text_config_of, write_blocks_at_token_idx)
 
 
 # The largest attention mask one reuse_cache forward may build, in bytes: a prompt whose (B, 1, L, columns) mask in
@@ -113,12 +113,13 @@ class GaudiModelRunner:
         self._overridden: list = []  # KVCache modules whose update() is ours while the runner is open
         self._bypass: dict = {}
         self._depth = 0
-        self._norm_hook = None  # feature capture for a feature draft head (see _feature_buffer)
+        self._hooks: dict = {}  # feature capture for a feature draft head (see _feature_buffer): "norm" / layer index
         # feature buffers, per block shape, kept with the pooled cache: a graph captured in an earlier call
         # writes into the buffer that existed at its capture
         self._features: dict = model_state(model).setdefault("feature_buffers", {}).setdefault(
             (self.mechanism, batch_size, self.columns, model.dtype), {})
         self._feature_target = None
+        self._feature_layers: tuple = ()
         self.clear_graphs = False
         try:  # (a failure here must not leave the model's KVCache modules with our tensors or update())
             self._allocate()
@@ -189,9 +190,9 @@ class GaudiModelRunner:
         self.closed = True
         if self.clear_graphs:
             self.call.clear_cache()
-        if self._norm_hook is not None:
-            self._norm_hook.remove()
-            self._norm_hook = None
+        for hook in self._hooks.values():
+            hook.remove()
+        self._hooks = {}
         for module, tensor, seq_len in reversed(self._restore):
             module.cache, module.inp_seq_len = tensor, seq_len
         self._restore = []
@@ -336,7 +337,7 @@ class GaudiModelRunner:
         # overwritten by the next one)
         tokens = tokens.clone(memory_format=torch.contiguous_format)  # standard strides: one view hash per shape
         if hidden:
-            self._feature_buffer(batch, length)
+            self._feature_buffer(batch, length, hidden)
         if self.mechanism == "reuse_cache":
             out = self._forward_reuse_cache(tokens, slots, position_ids, columns, logits_to_keep, hidden, visible)
         else:
@@ -354,7 +355,7 @@ class GaudiModelRunner:
         result = result.clone() if result is logits else result
         if not hidden:
             return result
-        return result, self._features[(batch, length)].clone()
+        return result, self._feature_target.clone()
 
     def _chunked(self, tokens, start, logits_to_keep, hidden, step: int):
         length = tokens.shape[1]
@@ -371,28 +372,57 @@ class GaudiModelRunner:
         logits = torch.cat(parts, 1)
         return (logits, torch.cat(feats, 1)) if hidden else logits
 
-    def _feature_buffer(self, batch: int, length: int) -> None:
-        """Where the final norm's output (the target's features) is copied during a hidden=True forward.
+    def _feature_buffer(self, batch: int, length: int, hidden=True) -> None:
+        """Where the final norm's output (the target's features) is copied during a hidden=True forward; with
+        `hidden` a tuple of layer indices (a head with fused features, EAGLE-3), also those decoder layers' inputs
+        (hidden_states[l]), in front of it: (B, L, (m + 1) H).
 
-        optimum-habana's models return no hidden_states, so a forward hook on the final norm copies its output into
-        a buffer allocated here, outside any capture: one buffer per block shape, so that a graph captured for
-        that shape writes into the same tensor on every replay (as it writes the KV cache). Such calls pass
-        output_hidden_states=True, which makes their graphs distinct from the plain ones."""
-        if self._norm_hook is None:
+        optimum-habana's models return no hidden_states, so a forward hook on the final norm (and pre-hooks on the
+        fused layers) copy into column ranges of a buffer allocated here, outside any capture: one buffer per block
+        shape, so that a graph captured for that shape writes into the same tensor on every replay (as it writes
+        the KV cache). Such calls pass output_hidden_states=True, which makes their graphs distinct from the
+        plain ones."""
+        layers = tuple(hidden) if isinstance(hidden, (tuple, list)) else ()
+        size = text_config_of(self.model).hidden_size
+        if "norm" not in self._hooks:
             norm = final_norm(self.model)
             if norm is None:
                 raise NotImplementedError(f"{type(self.model).__name__}: no final norm module found to read the "
                                           "target's features from; a feature draft head cannot run on it")
-            self._norm_hook = norm.register_forward_hook(self._copy_features)
-        key = (batch, length)
+            self._hooks["norm"] = norm.register_forward_hook(self._copy_features)
+        for i, layer in enumerate(layers):
+            if layer not in self._hooks:
+                modules = decoder_layers(self.model)
+                if modules is None or layer >= len(modules):
+                    raise NotImplementedError(f"{type(self.model).__name__}: no decoder layer {layer} to read a fused "
+                                              "feature from; use a head without feature_layers on this target")
+                self._hooks[layer] = modules[layer].register_forward_pre_hook(self._layer_copier(layer),
+                                                                              with_kwargs=True)
+        self._feature_layers = layers
+        key = (batch, length, layers)
         if key not in self._features:
-            hidden = text_config_of(self.model).hidden_size
-            self._features[key] = torch.zeros(batch, length, hidden, dtype=self.dtype, device=self.device)
+            self._features[key] = torch.zeros(batch, length, (len(layers) + 1) * size, dtype=self.dtype,
+                                              device=self.device)
         self._feature_target = self._features[key]
 
     def _copy_features(self, module, args, output):
-        if self._feature_target is not None and output.shape == self._feature_target.shape:
-            self._feature_target.copy_(output)
+        target = self._feature_target
+        if target is not None:
+            part = target[..., target.shape[-1] - output.shape[-1]:]
+            if output.shape == part.shape:
+                part.copy_(output)
+
+    def _layer_copier(self, layer: int):
+        def copy(module, args, kwargs):
+            target, layers = self._feature_target, self._feature_layers
+            if target is None or layer not in layers:
+                return
+            states = args[0] if args else kwargs.get("hidden_states")
+            size = states.shape[-1]
+            part = target[..., layers.index(layer) * size : (layers.index(layer) + 1) * size]
+            if states.shape == part.shape:
+                part.copy_(states)
+        return copy
 
     def _tree_visible(self, tree, start, slots, columns) -> torch.Tensor:
         """(B, L, columns) for a tree block: the committed columns (slots pad..start - 1, before this block is

@@ -344,3 +344,165 @@ def head_training_prompts(seed: int = 0) -> list[str]:
     prompts = sorted({p for group in groups.values() for p in group} - held)
     rng.shuffle(prompts)
     return training_chat_prompts(seed) + [p for p in prompts if p not in set(training_chat_prompts(seed))]
+
+
+# The third wave (stage 7): the same request families over items in neither pool above nor the held-out sets.
+MORE_CODE_TASKS = [
+    "returns the number of words that start with a capital letter", "checks whether a list contains duplicates",
+    "computes the sum of the squares of the first n numbers", "returns the n-th prime number",
+    "converts hexadecimal to decimal", "counts the number of digits in an integer", "reverses the words of a sentence",
+    "removes the vowels from a string", "returns the maximum depth of a nested list", "computes the product of a list",
+    "finds the pair of numbers in a list that sums to a target", "checks whether a number is even or odd",
+    "returns the characters that appear in both strings", "computes the average of the values of a dictionary",
+    "counts the uppercase and lowercase letters of a string", "finds the longest palindrome in a string",
+    "returns the digits of a number as a list", "sorts a list of tuples by their second element",
+    "computes the simple interest", "checks whether a triangle is valid from three sides",
+    "returns the number of days in a month", "converts a temperature from Fahrenheit to Celsius",
+    "computes the perimeter of a rectangle", "generates the first n rows of Pascal's triangle",
+    "checks whether two lists have the same elements", "returns the smallest missing positive integer",
+    "converts a dictionary to a list of tuples", "finds the mode of a list", "computes the variance of a list",
+    "checks whether a string starts with a vowel", "returns the index of the largest element",
+    "counts the number of even and odd numbers in a list", "removes all occurrences of a value from a list",
+    "computes the sum of all numbers in a nested list", "checks whether a number is a palindrome",
+    "returns a list of the squares of the odd numbers", "converts a sentence to pig latin",
+    "computes the nth power of a number without using **", "finds the k largest elements of a list",
+    "returns the frequency of each character in a string", "merges overlapping intervals",
+    "rotates a matrix by 90 degrees", "checks whether a Sudoku row is valid", "implements a binary tree traversal",
+    "computes the height of a binary tree", "implements a priority queue with heapq",
+    "checks whether a graph has a cycle", "implements breadth-first search on a graph",
+    "implements depth-first search on a graph", "finds the shortest path in an unweighted graph",
+    "implements counting sort", "implements heap sort", "returns all permutations of a string",
+    "returns all combinations of k elements from a list", "computes the edit distance between two strings",
+    "checks whether a string has all unique characters", "compresses a string with run-length encoding",
+    "decodes a run-length encoded string", "validates a phone number with a regular expression",
+    "extracts all the numbers from a string", "counts the sentences in a paragraph",
+    "converts a list of words to a single string separated by commas", "returns the initials of a full name",
+    "checks whether a password is strong", "converts minutes to hours and minutes",
+    "computes the age of a person from a birth year", "returns the next leap year after a given year",
+    "converts a number to its English words", "simulates rolling two dice", "simulates flipping a coin n times",
+    "implements a simple bank account class", "implements a to-do list class", "implements a rectangle class with area",
+    "implements a temperature converter class", "finds the maximum sum of a contiguous subarray",
+    "moves all zeros of a list to the end", "returns the elements that appear exactly once in a list",
+    "checks whether one string is a rotation of another", "removes the duplicate words from a sentence",
+    "returns the sum of the diagonal of a square matrix",
+]
+MORE_CONCEPTS = [
+    "cells", "the solar system", "light", "energy", "heat", "weather", "clouds", "the atmosphere", "oxygen",
+    "carbon dioxide", "fossil fuels", "nuclear power", "the human brain", "blood", "the lungs", "bones", "muscles",
+    "the skin", "hormones", "genes", "proteins", "enzymes", "viruses and bacteria", "pollination", "migration",
+    "ecosystems", "coral reefs", "rainforests", "deserts", "the Amazon river", "gravity on the moon", "satellites",
+    "telescopes", "a microscope", "magnets", "static electricity", "circuits", "a transistor", "semiconductors",
+    "the binary system", "a programming language", "a variable in programming", "a function in programming",
+    "a loop in programming", "an array", "a dictionary in Python", "a class in programming", "unit testing",
+    "debugging", "a bug in software", "the cloud", "a server", "an IP address", "DNS", "HTTP", "email",
+    "social media", "a smartphone", "a password manager", "two-factor authentication", "phishing", "a spreadsheet",
+    "data science", "big data", "a chatbot", "robotics", "self-driving cars", "virtual reality", "augmented reality",
+    "the Moon landing", "World War I", "World War II", "the Roman Republic", "ancient Greece", "the Middle Ages",
+    "the Vikings", "the printing of money", "banks", "loans", "a mortgage", "insurance", "the economy",
+    "unemployment", "trade", "a currency", "a recession", "a monopoly", "capitalism", "a constitution",
+    "the rule of law", "free speech", "philosophy", "ethics", "logic", "critical thinking", "creativity",
+    "empathy", "stress", "exercise", "vitamins", "hydration", "a balanced diet",
+]
+MORE_SENTENCES = [
+    "I live in a small house near the river.", "What is your name?", "The shop is around the corner.",
+    "I drink tea every morning.", "My father is a teacher.", "The park is full of people today.",
+    "Where do you work?", "I would like to order a pizza.", "The movie starts at eight.", "I am sorry, I am late.",
+    "Can you speak more slowly, please?", "The water is very cold.", "We are planning a trip to the mountains.",
+    "My sister loves to dance.", "The hotel is next to the beach.", "I don't understand the question.",
+    "This is my first time here.", "The bread is fresh from the oven.", "He runs five kilometers every day.",
+    "Please wait a moment.", "The baby is sleeping.", "I need a doctor.", "How old are you?",
+    "The bank is closed today.", "We play football on Sundays.", "My car is in the garage.",
+    "The sky is clear tonight.", "I am looking for the post office.", "She speaks three languages.",
+    "The concert was amazing.", "Do you have a map of the city?", "I like to walk in the evening.",
+    "The store sells fresh vegetables.", "My room is on the second floor.", "The coffee is too sweet.",
+    "We will arrive tomorrow morning.", "Is there a bus to the center?", "I am allergic to nuts.",
+    "The garden needs water.", "See you next week!",
+]
+MORE_LIST_THINGS = [
+    "tips for eating healthy", "ways to stay motivated", "famous inventors", "countries in South America",
+    "benefits of meditation", "ways to learn to code", "famous poets", "vegetables rich in iron",
+    "things to do in Paris", "ideas for a picnic", "questions to ask in an interview", "string instruments",
+    "ways to be kind to others", "moons of Jupiter", "card games", "uses of JavaScript", "tips for writing an essay",
+    "ways to manage time", "animals that live in the desert", "science fiction novels", "gardening tools",
+    "reasons to learn history", "indoor activities", "sorting algorithms", "tips for a first date",
+    "ways to save water", "famous architects", "tips for running a marathon", "hobbies for seniors",
+    "reasons to travel", "ways to improve your vocabulary", "features of a good smartphone", "types of rocks",
+    "famous landmarks in Europe", "ways to meet people in a new city", "foods rich in fiber", "tips for online safety",
+    "benefits of cycling", "types of solar energy", "ways to boost creativity", "herbs used in Italian cooking",
+    "tips for keeping a plant alive", "ways to organize a desk", "inventions of the 20th century",
+    "tips for learning math", "ways to wind down before bed", "types of angles", "cognitive biases",
+    "features of JavaScript", "useful Python libraries", "SQL commands for beginners", "nocturnal animals",
+    "tips for moving to a new house", "winter activities for kids", "things to do at the beach",
+    "qualities of a good teacher", "tips for making a video", "dishes from Japan", "lakes in North America",
+    "famous volcanoes", "ancient wonders of the world", "famous dancers", "stretches for the back",
+]
+MORE_JSON_ENTITIES = [
+    ("a bicycle", "brand, gears, price"), ("a concert", "artist, venue, date"), ("a vegetable", "name, color, calories"),
+    ("a TV show", "title, seasons, network"), ("a doctor", "name, specialty, hospital"), ("a river", "name, length_km, continent"),
+    ("a camera", "brand, megapixels, price"), ("a train", "number, departure, arrival"), ("a library", "name, city, books"),
+    ("a board game", "name, players, minutes"), ("a house", "address, rooms, price"), ("a university", "name, country, students"),
+    ("a shoe", "brand, size, color"), ("a cat", "name, breed, age"), ("an invoice", "number, customer, amount"),
+    ("a ticket", "event, seat, price"), ("a playlist", "name, songs, duration"), ("a blog post", "title, author, tags"),
+    ("a meeting", "title, time, attendees"), ("a coffee", "name, size, price"), ("a fruit", "name, color, season"),
+    ("a server", "hostname, ip, os"), ("a holiday", "name, date, country"), ("a dinosaur", "name, period, length_m"),
+]
+MORE_WRITING = [
+    "Write a short poem about the sun.", "Write a haiku about spring.", "Write a short story about a magic key.",
+    "Write an email asking for a refund.", "Write a congratulations message for a new job.",
+    "Write a product description for a desk lamp.", "Summarize the plot of The Three Little Pigs.",
+    "Write a tweet announcing a charity run.", "Write a limerick about a frog.", "Write a short wedding toast.",
+    "Describe a snowy village in three sentences.", "Write a short dialogue between a teacher and a student.",
+    "Write a cover letter for a sales assistant position.", "Write a short review of a science museum.",
+    "Write an email rescheduling a meeting.", "Write a poem about the city at night.", "Write a haiku about a river.",
+    "Write a short story about a lonely lighthouse keeper.", "Write a welcome message for a new employee.",
+    "Write a text message asking a neighbor to water my plants.", "Summarize the story of Little Red Riding Hood.",
+    "Write a slogan for a gym.", "Write a short bio for a graphic designer.", "Write a recipe for a fruit salad.",
+    "Describe a quiet beach in three sentences.", "Write a short fable about a fox and a crow.",
+    "Write an email to a hotel asking about parking.", "Write a short poem about the wind.",
+    "Write a motivational quote about patience.", "Write a job posting for a web developer.",
+    "Write instructions for making a paper airplane.", "Write a short story about a talking cat.",
+    "Write a thank-you note for a birthday gift.", "Summarize the plot of Alice in Wonderland.",
+    "Write a joke about computers.", "Write a short announcement for a school bake sale.",
+    "Write a letter to my future self.", "Write a short speech for a team celebration.",
+    "Write a description of a dream vacation.", "Write a short blog post about morning routines.",
+]
+MORE_SNIPPETS = [
+    "def average(xs):\n    return sum(xs) / len(x)\n",
+    "def is_adult(age):\n    if age >= 18\n        return True\n    return False\n",
+    "def count_words(text):\n    words = text.split()\n    counts = {}\n    for w in words:\n        counts[w] = counts.get(w, 0) + 1\n"
+    "    return counts\n",
+    "def max_value(d):\n    best = None\n    for k in d:\n        if best is None or d[k] > best:\n            best = d[k]\n"
+    "    return best\n",
+    "def celsius(f):\n    return (f - 32) * 5 / 9\n",
+    "def reverse_list(xs):\n    out = []\n    for i in range(len(xs) - 1, -1, -1):\n        out.append(xs[i])\n    return out\n",
+    "def has_digit(s):\n    for ch in s:\n        if ch.isdigit():\n            return True\n    return False\n",
+    "def full_name(first, last):\n    return first + last\n",
+]
+MORE_PARAGRAPHS = [
+    "Yesterday I goes to the market and buy some apples. The seller were very nice and he give me a discount "
+    "because I buys a lot.",
+    "The conference will take place on March 3, 2026. Registration closes on February 15, 2026, and the program "
+    "will be published on January 20, 2026.",
+    "Our neighbors has a big garden with many flowers. In the summer they invites everyone for a barbecue and the "
+    "children plays until late.",
+    "Thank you for your message. We have received your application and will review it carefully. You will hear "
+    "from us within two weeks.",
+    "The company was founded in March 2010. It opened its first store on July 4, 2012, and reached one million "
+    "customers on December 1, 2019.",
+    "He dont like to wake up early, but every day he have to catch the bus at seven. Last week he miss it twice.",
+]
+
+
+def head_extra_prompts(seed: int = 0) -> list[str]:
+    """The third wave of the head's pool (stage 7): the same request families over new items, none of them in
+    `head_training_prompts()` nor in the held-out chat and grounded sets."""
+    rng = random.Random(seed + 7)
+    groups = _items(MORE_CONCEPTS, MORE_SENTENCES, MORE_LIST_THINGS, MORE_JSON_ENTITIES, MORE_WRITING,
+                    MORE_CODE_TASKS, rng)
+    groups["explain"] = [t.format(c) for c in MORE_CONCEPTS for t in CONCEPT_TEMPLATES]
+    groups["list"] = [f"List {n} {t}." for t in MORE_LIST_THINGS for n in (3, 5, 7)]
+    groups["grounded"] = _grounded(MORE_SNIPPETS, MORE_PARAGRAPHS)
+    taken = set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
+    prompts = sorted({p for group in groups.values() for p in group} - taken)
+    rng.shuffle(prompts)
+    return prompts

@@ -81,11 +81,14 @@ def local_attention_sizes(model) -> list[int]:
     return [w for w in sizes if isinstance(w, int) and w > 0]
 
 
-def last_hidden_state(out) -> torch.Tensor:
-    """The model's last hidden states (after its final norm, as EAGLE reads them) from an output computed with
-    output_hidden_states=True."""
+def last_hidden_state(out, hidden=True) -> torch.Tensor:
+    """The target's features from an output computed with output_hidden_states=True: its last hidden states (after
+    its final norm, as EAGLE reads them); with `hidden` a tuple of layer indices (a head with fused features,
+    EAGLE-3), those layers' hidden states and then the last ones, concatenated (B, L, (m + 1) H)."""
     states = getattr(out, "hidden_states", None)
     if not states:
         raise NotImplementedError("the model returned no hidden_states; a feature draft head needs a target whose "
                                   "forward supports output_hidden_states")
+    if isinstance(hidden, (tuple, list)) and hidden:
+        return torch.cat([states[i] for i in hidden] + [states[-1]], dim=-1)
     return states[-1]

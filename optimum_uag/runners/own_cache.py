@@ -191,7 +191,7 @@ class OwnCacheRunner:
         self.past = past
         self._record(tokens, past)
         logits = self.keep(out.logits, logits_to_keep).float()
-        return (logits, last_hidden_state(out)) if hidden else logits
+        return (logits, last_hidden_state(out, hidden)) if hidden else logits
 
 
 class PerRowRunner:

@@ -240,4 +240,4 @@ class StaticCacheRunner:
             kwargs["output_hidden_states"] = True
         out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
         logits = self.keep(out.logits, logits_to_keep).float()
-        return (logits, last_hidden_state(out)) if hidden else logits
+        return (logits, last_hidden_state(out, hidden)) if hidden else logits

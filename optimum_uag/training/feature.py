@@ -33,21 +33,46 @@ def _progress(done: float, total: float, t0: float, what: str) -> str:
     return f"{what} {frac:4.0%} | {spent:.1f} min | ETA {eta:.1f} min"
 
 
-def target_features(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
-    """(last hidden states after the final norm (B, T, H), logits (B, T, V)) of one teacher-forced forward."""
+def target_features(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                    feature_layers: list[int] | tuple = ()):
+    """(features (B, T, F), logits (B, T, V)) of one teacher-forced forward: the last hidden states after the final
+    norm (F = H), preceded by the hidden states of `feature_layers` (fused features, F = (m + 1) H)."""
     out = model(input_ids=ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
-    return out.hidden_states[-1], out.logits
+    return fused_hidden_states(out.hidden_states, feature_layers), out.logits
+
+
+def fused_hidden_states(states, feature_layers) -> torch.Tensor:
+    """cat(hidden_states[l] for l in feature_layers, hidden_states[-1]) along the last dimension."""
+    if not feature_layers:
+        return states[-1]
+    if max(feature_layers) >= len(states) - 1 or min(feature_layers) < 0:
+        raise ValueError(f"feature layers {list(feature_layers)} are outside the target's {len(states) - 1} layers")
+    return torch.cat([states[i] for i in feature_layers] + [states[-1]], dim=-1)
+
+
+def eagle3_layers(num_layers: int) -> list[int]:
+    """EAGLE-3's low / middle / high layers (the inputs of layers 2, L // 2 and L - 3); the final norm's output
+    comes after them."""
+    return sorted({min(2, num_layers - 1), num_layers // 2, max(0, num_layers - 3)})
 
 
 @torch.no_grad()
 def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, batch_size: int = 8,
                      shard_size: int = 256, max_minutes: float | None = None, topk: int = TOPK,
-                     log: Callable[[str], None] = print) -> dict:
+                     feature_layers: list[int] | tuple = (), log: Callable[[str], None] = print) -> dict:
     """Teacher-forced target features + top-k log-probabilities for every sequence, written in shards.
 
-    Shards already on disk are skipped (resume). Returns {'sequences', 'tokens', 'shards', 'minutes'}."""
+    Shards already on disk are skipped (resume); a folder written with other `feature_layers` is refused.
+    Returns {'sequences', 'tokens', 'shards', 'minutes'}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    meta, layers = out_dir / "features.json", [int(i) for i in feature_layers]
+    if meta.exists() and json.loads(meta.read_text())["feature_layers"] != layers:
+        raise ValueError(f"{out_dir} holds features of layers {json.loads(meta.read_text())['feature_layers']}, not "
+                         f"{layers}: use another --work_dir")
+    if not meta.exists() and any(out_dir.glob("features-*.pt")) and layers:
+        raise ValueError(f"{out_dir} holds final-norm features only, not layers {layers}: use another --work_dir")
+    meta.write_text(json.dumps({"feature_layers": layers}) + "\n")
     device = next(model.parameters()).device
     t0 = time.time()
     total = len(sequences)
@@ -71,7 +96,7 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
             for r, i in enumerate(idx):  # right padding: positions stay 0..n-1 for every row
                 ids[r, : len(rows[i])] = torch.tensor(rows[i])
                 mask[r, : len(rows[i])] = 1
-            hidden, logits = target_features(model, ids.to(device), mask.to(device))
+            hidden, logits = target_features(model, ids.to(device), mask.to(device), layers)
             logp = torch.log_softmax(logits.float(), -1)
             values, indices = logp.topk(topk, -1)
             for r, i in enumerate(idx):
@@ -187,13 +212,18 @@ def _last_layer(model):
     return layers[-1] if layers is not None and len(layers) else None
 
 
-def _batch(records, picks, length, steps, device):
+def _batch(records, picks, length, steps, device, width: int | None = None):
     """Sequences (whole, or a `length`-pair window of a longer one: picks are (record, start)) right-padded into
     training tensors; `keep` (B, length + steps - 1) marks the predicted tokens that count: inside the sequence
-    and in its loss mask (the answers)."""
-    width = max(1, max(min(length, len(records[r]["ids"]) - start - steps) for r, start in picks))
-    span = width + steps
-    hidden = records[picks[0][0]]["features"].shape[-1]
+    and in its loss mask (the answers). `width`: the features' last `width` columns (a head without fused layers
+    reads the final norm's part of fused shards)."""
+    pairs = max(1, max(min(length, len(records[r]["ids"]) - start - steps) for r, start in picks))
+    span = pairs + steps
+    stored = records[picks[0][0]]["features"].shape[-1]
+    hidden = width or stored
+    if hidden > stored:
+        raise ValueError(f"the head reads {hidden} features, the shards hold {stored}: extract them with the head's "
+                         f"feature layers (--feature_layers)")
     batch = len(picks)
     feats = torch.zeros(batch, span, hidden)
     toks = torch.zeros(batch, span - 1, dtype=torch.long)
@@ -203,7 +233,7 @@ def _batch(records, picks, length, steps, device):
     for b, (r, start) in enumerate(picks):
         rec = records[r]
         n = min(len(rec["ids"]) - start, span)
-        feats[b, :n] = rec["features"][start : start + n].float()
+        feats[b, :n] = rec["features"][start : start + n, stored - hidden :].float()
         toks[b, : n - 1] = rec["ids"][start + 1 : start + n].long()
         tv[b, : n - 1] = rec["top_v"][start + 1 : start + n].float()
         ti[b, : n - 1] = rec["top_i"][start + 1 : start + n].long()
@@ -227,7 +257,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
                        reg_weight: float = 1.0, ce_weight: float = 0.2, seed: int = 0, eos_token_ids=(),
                        log: Callable[[str], None] = print, holdout: float = 0.05,
                        freeze_lm_head: bool = True, start_from: str | Path | None = None,
-                       eval_dir: str | Path | None = None) -> dict:
+                       eval_dir: str | Path | None = None, feature_layers: list[int] | tuple = ()) -> dict:
     """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log.
 
     Whole sequences (a random `window`-pair span of longer ones), drawn uniformly (every conversation counts the
@@ -258,6 +288,8 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
         vocab_ids = frequent_tokens(records, draft_vocab_size, vocab_size, eos_token_ids) if draft_vocab_size else None
         config = head_config(model, len(vocab_ids) if vocab_ids is not None else None, target_name)
         head = init_head(model, config, vocab_ids)
+    if feature_layers and list(feature_layers) != head.feature_layers:
+        head.add_fusion(list(feature_layers))  # starts as the same function: fuse = [0 ... 0 | I]
     if head.lm_head is not None and freeze_lm_head:
         head.lm_head.weight.requires_grad_(False)
     head.train()
@@ -266,7 +298,8 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     if vocab_ids is not None:
         t2d = torch.full((vocab_size,), -1, dtype=torch.long)
         t2d[vocab_ids] = torch.arange(len(vocab_ids))
-    scale = feature_scale(records)  # the smooth-L1 regression on features measured in units of their RMS
+    width = head.feature_size
+    scale = feature_scale(records, head.config["hidden_size"])  # the smooth-L1 regression on features measured in units of their RMS
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     t0 = time.time()
@@ -285,7 +318,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
             n = len(records[r]["ids"])
             picks.append((r, rng.randrange(0, n - window - steps) if n > window + steps else 0))
         del order[:batch_size]
-        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu"), steps, noise * scale,
+        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu", width), steps, noise * scale,
                             reg_weight, ce_weight, scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -297,7 +330,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
             log(_progress(time.time() - t0, budget, t0, f"[train] step {step} loss {stats['loss']:.3f} "
                           f"top1 {stats['top1_step1']:.2f}/{stats['top1_last']:.2f}"))
     head.eval()
-    evaluation = evaluate_head(head, embed, t2d, held, window, steps)
+    evaluation = evaluate_head(head, embed, t2d, held, window, steps, width=width)
     save_feature_head(head, output_dir)
     result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
               "heldout_sequences": len(held),
@@ -305,7 +338,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
               "init_head": str(start_from) if start_from is not None else None,
               "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
-              "feature_rms": scale, "lm_head": "frozen (the target's rows)" if freeze_lm_head else "trained",
+              "feature_rms": scale, "feature_layers": head.feature_layers or None, "lm_head": "frozen (the target's rows)" if freeze_lm_head else "trained",
               "loss_on": "each sequence's loss mask (conversations: the assistant's answers)",
               "heldout": evaluation, "history": history[-20:]}
     Path(output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -315,9 +348,9 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     return result
 
 
-def feature_scale(records: list[dict], n: int = 64) -> float:
-    """RMS of the target's features over the first n sequences."""
-    sample = torch.cat([r["features"].float() for r in records[:n]])
+def feature_scale(records: list[dict], hidden: int, n: int = 64) -> float:
+    """RMS of the target's final-norm features (the last `hidden` columns) over the first n sequences."""
+    sample = torch.cat([r["features"][:, -hidden:].float() for r in records[:n]])
     return float(sample.pow(2).mean().sqrt())
 
 
@@ -348,7 +381,8 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
         ce = mean(-(lq[..., 0] * inside[..., 0]))
         weight = 0.8 ** s
         total = total + weight * (kl + ce_weight * ce)
-        reg = F.smooth_l1_loss(h / scale, feats[:, s + 1 : s + 1 + length] / scale, reduction="none").mean(-1)
+        truth = feats[:, s + 1 : s + 1 + length, -h.shape[-1]:]  # the final norm's part of fused features
+        reg = F.smooth_l1_loss(h / scale, truth / scale, reduction="none").mean(-1)
         total = total + weight * reg_weight * mean(reg)
         with torch.no_grad():
             pred = logits.argmax(-1)
@@ -362,7 +396,7 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
 
 
 @torch.no_grad()
-def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4) -> dict:
+def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4, width: int | None = None) -> dict:
     """On held-out sequences, at the answer positions (loss mask): the head's agreement with the target's argmax
     per drafting step (teacher-forced tokens, the head's own features after step 1, as drafting sees them), the
     simulated chain acceptance length tau = 1 + E[consecutive agreeing steps], and the same with "the target's
@@ -370,7 +404,8 @@ def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4)
     agree, counts = torch.zeros(steps), 0.0
     chain, tree, positions = 0.0, 0.0, 0.0
     for rec in records:
-        feats, toks, _, ti, keep_all = _batch([rec], [(0, 0)], max(window, len(rec["ids"])), steps, "cpu")
+        feats, toks, _, ti, keep_all = _batch([rec], [(0, 0)], max(window, len(rec["ids"])), steps, "cpu",
+                                              width or head.feature_size)
         length = feats.shape[1] - steps
         outs = head.unrolled(feats[:, :length], embed(toks).float(), steps)
         ok_top1, ok_topk = [], []

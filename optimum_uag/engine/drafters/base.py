@@ -26,6 +26,7 @@ class Drafter:
     `needs_features`: the verify forward must return the target's last hidden states (feature drafters)."""
 
     needs_features = False
+    feature_layers: tuple = ()  # with needs_features: the target layers fused before its last hidden states
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         raise NotImplementedError

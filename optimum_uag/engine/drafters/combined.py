@@ -16,6 +16,7 @@ class LookupThenDraft(Drafter):
     def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int):
         self.lookup, self.inner, self.num_lookup_tokens = lookup, inner, num_lookup_tokens
         self.needs_features = inner.needs_features
+        self.feature_layers = getattr(inner, "feature_layers", ())
 
     def propose(self, state: DecodingState, k: int) -> Proposal:
         if getattr(self.inner, "tree", None) is not None and state.round > 0:

@@ -86,7 +86,9 @@ class FeatureDrafter(Drafter):
         attn = head.attn
         self.cache_k = torch.zeros(batch, attn.kv_heads, columns, attn.head_dim, device=device, dtype=dtype)
         self.cache_v = torch.zeros_like(self.cache_k)
-        self.features = torch.zeros(batch, columns, head.config["hidden_size"], device=device, dtype=dtype)
+        # the target's features per slot: the final norm's output, or fused layers (EAGLE-3) for a head that reads them
+        self.feature_layers = tuple(head.feature_layers)
+        self.features = torch.zeros(batch, columns, head.feature_size, device=device, dtype=dtype)
         self.key_slots = torch.arange(columns, device=device)
         self.columns = columns
         self.pad = state.pad

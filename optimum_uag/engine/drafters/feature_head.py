@@ -11,6 +11,12 @@ Checkpoint layout (EAGLE-1/2, `eagle/model/cnets.py::Model`): `config.json` (a L
 and optionally `embed_tokens.weight`. Such a head uses the target's own LM head. optimum-uag's heads add a reduced
 draft vocabulary as EAGLE-3 stores it: `lm_head.weight` (N, H) and `d2t` (N,) with target id = i + d2t[i]
 (config `draft_vocab_size`), and name the target they were trained on (config `target`).
+
+Fused features (EAGLE-3, Li et al. 2025): with config `feature_layers` [l_1, ..., l_m] (indices into the target's
+`hidden_states`: the input of decoder layer l), the true feature of a position is the concatenation of those
+layers' hidden states and the final-norm output, (m + 1) x H wide; `fuse` (a linear map to H, applied after an RMS
+normalisation of each earlier layer's part) turns it into f_t. The head's own outputs (later drafting steps) are H
+wide and skip `fuse`. A head without `feature_layers` reads the final-norm output alone.
 """
 from __future__ import annotations
 
@@ -143,6 +149,9 @@ class FeatureHead(nn.Module):
             raise ValueError(f"a feature head has one decoder layer; this config has num_hidden_layers="
                              f"{config.get('num_hidden_layers')} (is it a full model rather than an EAGLE head?)")
         self.head_dim = head_dim
+        self.feature_layers = [int(i) for i in config.get("feature_layers") or []]
+        self.fuse = (nn.Linear((len(self.feature_layers) + 1) * hidden, hidden, bias=False)
+                     if self.feature_layers else None)
         self.fc = nn.Linear(2 * hidden, hidden, bias=bool(config.get("bias", True)))
         self.layers = nn.ModuleList([Layer(config, head_dim)])
         self.rotary = Rotary(config, head_dim)
@@ -170,7 +179,28 @@ class FeatureHead(nn.Module):
             return None
         return torch.arange(self.d2t.shape[0], device=self.d2t.device) + self.d2t
 
+    @property
+    def feature_size(self) -> int:
+        """Width of the target's features this head reads: H, or (m + 1) x H with fused layers."""
+        return (len(self.feature_layers) + 1) * self.config["hidden_size"]
+
+    def fuse_features(self, features: torch.Tensor) -> torch.Tensor:
+        """(..., (m + 1) H) target features -> (..., H): each earlier layer's part RMS-normalised (the residual
+        stream's scale grows with depth), then `fuse`. H-wide inputs (the final norm's output, or the head's own
+        outputs) pass unchanged."""
+        hidden = self.config["hidden_size"]
+        if self.fuse is None or features.shape[-1] == hidden:
+            return features
+        if features.shape[-1] != self.feature_size:
+            raise ValueError(f"this head fuses layers {self.feature_layers} + the final norm ({self.feature_size} "
+                             f"features), got {features.shape[-1]}")
+        early, last = features[..., :-hidden], features[..., -hidden:]
+        early = early.unflatten(-1, (len(self.feature_layers), hidden)).float()
+        early = early * torch.rsqrt(early.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.fuse(torch.cat((early.flatten(-2).to(last.dtype), last), dim=-1))
+
     def project(self, features: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+        features = self.fuse_features(features)
         return self.fc(torch.cat((embeds.to(features.dtype), features), dim=-1))
 
     def logits(self, hidden: torch.Tensor, target_head: nn.Module | None = None) -> torch.Tensor:
@@ -194,12 +224,25 @@ class FeatureHead(nn.Module):
         return self.layers[0].finish(x, self.attn.attend(q, cache_k, cache_v, mask))
 
     # -------------------------------------------------------------------------------------------- training
+    def add_fusion(self, feature_layers: list[int]) -> None:
+        """Give a head that reads the final norm's output alone fused features over `feature_layers`, starting as
+        the same function (fuse = [0 ... 0 | I]): training then learns what the earlier layers add."""
+        if self.fuse is not None:
+            raise ValueError(f"this head already fuses layers {self.feature_layers}")
+        hidden = self.config["hidden_size"]
+        self.feature_layers = [int(i) for i in feature_layers]
+        self.config["feature_layers"] = list(self.feature_layers)
+        self.fuse = nn.Linear((len(self.feature_layers) + 1) * hidden, hidden, bias=False).to(self.fc.weight)
+        with torch.no_grad():
+            self.fuse.weight.zero_()
+            self.fuse.weight[:, -hidden:] = torch.eye(hidden)
+
     def unrolled(self, features: torch.Tensor, embeds: torch.Tensor, steps: int, noise: float = 0.0) -> list[torch.Tensor]:
         """Training forward with test-time unrolling (as EAGLE-3 trains): step 1 reads the true features f_t; step
         s reads step s-1's outputs as the features of position t+s-1 and the token embedding x_{t+s}, and attends to
         the true-feature keys of positions <= t plus its own earlier predicted keys (what drafting sees).
 
-        features (B, T, H): f_0..f_{T-1}; embeds (B, T + steps - 1, H): embeddings of x_1..x_{T+steps-1}.
+        features (B, T, F): f_0..f_{T-1} (F = feature_size); embeds (B, T + steps - 1, H): embeddings of x_1..x_{T+steps-1}.
         Returns, per step s, h (B, T, H) at pairs (t + s - 1): the guess of f_{t+s}."""
         batch, length, _ = features.shape
         positions = torch.arange(length, device=features.device)[None].expand(batch, -1)
