@@ -242,8 +242,19 @@ def test_tune_bad_grid(tmp_path):
     assert proc.returncode == 2 and "comma-separated integers" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_train_draft_feature_layers_flag():
+    from optimum_uag.cli.train_draft import parse_feature_layers
+
+    assert parse_feature_layers("none", 30) == [] and parse_feature_layers("eagle3", 30) == [2, 15, 27]
+    assert parse_feature_layers("15, 2", 30) == [2, 15]
+    for bad in ("2,30", "x", "-1"):
+        with pytest.raises(SystemExit, match="feature_layers"):
+            parse_feature_layers(bad, 30)
+
+
 def test_train_draft_then_generate_with_the_head(tmp_path):
-    """optimum-uag train-draft on a little text makes a head directory that --assistant_model takes (exact output),
+    """optimum-uag train-draft (fused features, --feature_layers eagle3) on a little text makes a head directory that
+    --assistant_model takes (exact output),
     next to a UAG row (--uag_assistant_model) in the same side-by-side run."""
     from optimum_uag import embedded_models, eval_prompts
 
@@ -252,11 +263,13 @@ def test_train_draft_then_generate_with_the_head(tmp_path):
     head = tmp_path / "head"
     proc = subprocess.run([sys.executable, "-m", "optimum_uag.cli", "train-draft", "--model_name_or_path", "target",
                            "--dataset_name", str(data), "--output_dir", str(head), "--max_minutes", "0.3",
-                           "--draft_vocab_size", "256", "--window", "32", "--seq_len", "64", "--batch_size", "4"],
+                           "--draft_vocab_size", "256", "--window", "32", "--seq_len", "64", "--batch_size", "4",
+                           "--feature_layers", "eagle3"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     config = json.loads((head / "config.json").read_text())
     assert config["optimum_uag_head"] == "eagle" and config["draft_vocab_size"] == 256
+    assert config["feature_layers"] == [2, 4, 5]  # EAGLE-3's layers of the 8-layer target; the final norm after them
     assert (head / "model.safetensors").is_file() and (head / "training_log.json").is_file()
     proc = run(["--assistant_model", str(head), "--uag_assistant_model", embedded_models()["assistant"],
                 "--max_new_tokens", "12", "--output_dir", str(tmp_path / "out")], tmp_path)

@@ -117,6 +117,11 @@ def test_head_of_another_target_is_refused(target, prompts):
     head = make_head(model, None)
     with pytest.raises(ValueError, match="embedding table differs"):
         assisted_generate(LlamaLike(same_shape, model), head, ids, mask, max_new_tokens=4)
+    fused = make_head(model, None)  # a config without the target's layer count: the fused layers are checked
+    fused.config["target"].pop("num_hidden_layers")
+    fused.add_fusion([2, model.config.num_hidden_layers])
+    with pytest.raises(ValueError, match="it fuses layers"):
+        assisted_generate(model, fused, ids, mask, max_new_tokens=4)
 
 
 def LlamaLike(model, like):  # noqa: N802 - a model of `like`'s config with model's (different) weights
@@ -375,6 +380,8 @@ def test_fused_features_train_save_and_load(target, prompts, tmp_path):
     assert shard[0]["features"].shape[-1] == 3 * model.config.hidden_size
     with pytest.raises(ValueError, match="holds features of layers"):
         extract_features(model, seqs, work, feature_layers=[1], log=lambda m: None)
+    # a head without fusion is served by the same folder (the final norm's part): it goes on with its layers
+    assert extract_features(model, seqs, work, log=lambda m: None)["feature_layers"] == [2, 4]
     start = tmp_path / "start"
     save_feature_head(make_head(model, 300), start)
     common = dict(target_name="test-target", minutes=0.05, steps=2, window=24, batch_size=2, holdout=0.2,

@@ -62,14 +62,17 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
                      feature_layers: list[int] | tuple = (), log: Callable[[str], None] = print) -> dict:
     """Teacher-forced target features + top-k log-probabilities for every sequence, written in shards.
 
-    Shards already on disk are skipped (resume); a folder written with other `feature_layers` is refused.
-    Returns {'sequences', 'tokens', 'shards', 'minutes'}."""
+    Shards already on disk are skipped (resume). A folder of fused features serves a head without them too (the
+    final norm's output is their last part): asked for none, it goes on with the folder's layers; a folder of other
+    fused layers is refused. Returns {'sequences', 'tokens', 'shards', 'minutes', 'feature_layers'}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta, layers = out_dir / "features.json", [int(i) for i in feature_layers]
-    if meta.exists() and json.loads(meta.read_text())["feature_layers"] != layers:
-        raise ValueError(f"{out_dir} holds features of layers {json.loads(meta.read_text())['feature_layers']}, not "
-                         f"{layers}: use another --work_dir")
+    stored = json.loads(meta.read_text())["feature_layers"] if meta.exists() else None
+    if stored and not layers:
+        layers = stored
+    if stored is not None and stored != layers:
+        raise ValueError(f"{out_dir} holds features of layers {stored}, not {layers}: use another --work_dir")
     if not meta.exists() and any(out_dir.glob("features-*.pt")) and layers:
         raise ValueError(f"{out_dir} holds final-norm features only, not layers {layers}: use another --work_dir")
     meta.write_text(json.dumps({"feature_layers": layers}) + "\n")
@@ -112,7 +115,7 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
         log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
     shards = sorted(out_dir.glob("features-*.pt"))
     info = {"sequences": total, "tokens_this_run": done_tokens, "shards": len(shards),
-            "minutes": round((time.time() - t0) / 60, 2)}
+            "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers}
     return info
 
 

@@ -44,6 +44,8 @@ def check_head_matches(head: FeatureHead, model) -> None:
         problems.append(f"vocabulary {want['vocab_size']} != the target's {config.vocab_size}")
     if want.get("num_hidden_layers") is not None and want["num_hidden_layers"] != config.num_hidden_layers:
         problems.append(f"{want['num_hidden_layers']} layers != the target's {config.num_hidden_layers}")
+    elif head.feature_layers and max(head.feature_layers) >= config.num_hidden_layers:
+        problems.append(f"it fuses layers {head.feature_layers}, the target has {config.num_hidden_layers}")
     if not problems and want.get("embedding_checksum") is not None:
         got = embedding_checksum(model)
         if abs(got - want["embedding_checksum"]) > 5e-3 * max(1.0, abs(got)):
