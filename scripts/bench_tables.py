@@ -56,10 +56,16 @@ def feature_head_table(bench: dict) -> str:
                                   if bench.get("cpu") else ""))
 
 
-def _status(value, goal) -> str:
+def _status(value, goal, points: bool = False) -> str:
+    """'met' or 'missed by D' (three decimals where two would round to 0.00; `points`: a share, in points)."""
     if value is None:
         return "not measured"
-    return "met" if value >= goal else f"missed by {goal - value:.2f}"
+    if value >= goal:
+        return "met"
+    gap = goal - value
+    if points:
+        return f"missed by {100 * gap:.1f} points"
+    return f"missed by {gap:.2f}" if gap >= 0.005 else f"missed by {gap:.3f} ({value:.3f}x)"
 
 
 def goals_table(bench: dict | None, main: dict | None, log: dict | None) -> str:
@@ -98,7 +104,7 @@ def goals_table(bench: dict | None, main: dict | None, log: dict | None) -> str:
                      _status(ratio, 1.25)))
     agree = ((log or {}).get("heldout") or {}).get("top1", [None])[0]
     rows.append(("head first-token agreement, held-out answers, split by prompt", ">= 60%",
-                 _f(agree, "{:.1%}"), _status(agree, 0.60) if agree is not None else "not measured"))
+                 _f(agree, "{:.1%}"), _status(agree, 0.60, points=True) if agree is not None else "not measured"))
     uag = row("uag@1", "optimum-uag UAG K=5", "speedup_vs_transformers_assisted")
     rows.append(("UAG vs transformers' UAG, same pair", "> 1.0x", _x(uag), _status(uag, 1.0001)))
     lines = ["| row | goal | measured | status |", "|---|---|---|---|"]

@@ -392,6 +392,9 @@ def test_fused_features_train_save_and_load(target, prompts, tmp_path):
     assert head.feature_layers == [2, 4] and head.fuse is not None
     result = train_feature_head(model, work, tmp_path / "plain", **common)
     assert result["feature_layers"] is None and load_feature_head(tmp_path / "plain").fuse is None
+    # a head fusing other layers than the folder's is refused before training (it would read the wrong columns)
+    with pytest.raises(ValueError, match=r"fuses layers \[4\].*of layers \[2, 4\]"):
+        train_feature_head(model, work, tmp_path / "other", feature_layers=[4], **common)
 
 
 @pytest.mark.parametrize("tree", [False, True])

@@ -585,6 +585,16 @@ def test_fused_feature_head_on_gaudi_target_equals_target(plain, emu, gaudi_mode
         captured.append(emu.captures.get("target", 0))
     assert captured[0] == captured[1] <= 2
     assert out.metrics.accepted_tokens == plain["fused_accepted"][batch] > 0
+    # graphs kept across calls: a plain head captures first, then the fused one at the same block shapes. Its graphs
+    # are its own (the layers are a graph key), not the plain head's replays, which write into another buffer
+    emu.reset_counters(clear_graphs=True)
+    opts = dict(max_new_tokens=24, do_sample=False, draft_tree=True, draft_policy="fixed", **GAUDI)
+    out = assisted_generate(target, plain["feature_head"], plain[f"ids{batch}"], plain[f"mask{batch}"], **opts)
+    assert out.metrics.accepted_tokens == plain["tree_accepted"][batch]
+    out = assisted_generate(target, head, plain[f"ids{batch}"], plain[f"mask{batch}"], **opts)
+    assert out.metrics.accepted_tokens == plain["fused_accepted"][batch]
+    out = assisted_generate(target, plain["feature_head"], plain[f"ids{batch}"], plain[f"mask{batch}"], **opts)
+    assert out.metrics.accepted_tokens == plain["tree_accepted"][batch]
 
 
 def test_uag_draft_window_slides_on_gaudi(plain, emu, gaudi_models):

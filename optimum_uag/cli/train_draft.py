@@ -201,6 +201,9 @@ def train_draft_main(argv=None) -> int:
     model, tok, path = load(resolve_model_name(name), "target", device, torch.float32, args)
     text_cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     layers = parse_feature_layers(args.feature_layers, int(text_cfg.num_hidden_layers))
+    if not layers and args.init_head:  # a fused head continues with its own layers
+        init = Path(args.init_head) / "config.json"
+        layers = [int(i) for i in (json.loads(init.read_text()).get("feature_layers") or [])] if init.is_file() else []
     records = read_records(args.dataset_name, args.dataset_max_samples)
     seqs = token_sequences(records, tok, args.column_name, args.seq_len, model, args.generate_answers,
                            args.max_new_tokens)
@@ -217,7 +220,8 @@ def train_draft_main(argv=None) -> int:
         eval_seqs = token_sequences(read_records([args.eval_dataset], None), tok, args.column_name, args.seq_len, model,
                                     args.generate_answers, args.max_new_tokens)
         eval_dir = work / "eval"
-        extract_features(model, eval_seqs, eval_dir, feature_layers=layers, log=lambda m: print(m, flush=True))
+        extract_features(model, eval_seqs, eval_dir, feature_layers=info["feature_layers"],
+                         log=lambda m: print(m, flush=True))
     left = max(1.0, budget - (time.time() - t0) / 60)
     eos = tok.eos_token_id
     result = train_feature_head(model, work, args.output_dir, target_name=name,

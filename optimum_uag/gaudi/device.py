@@ -34,6 +34,9 @@ def graph_wrapped(model):
     return wrapped
 
 
+FEATURE_LAYERS_ARG = "optimum_uag_feature_layers"
+
+
 class GraphStep(torch.nn.Module):
     """One model's forward as optimum-uag runs it in HPU graphs: this module is what gets wrapped, never the user's
     model (habana's wrapper replaces `forward` for good and has no already-wrapped guard).
@@ -53,6 +56,7 @@ class GraphStep(torch.nn.Module):
         if with_past:
             kwargs["past_key_values"] = self.past
         kwargs.pop("bypass_hpu_graphs", None)  # (a GraphStep called unwrapped: hpu_graphs=False)
+        kwargs.pop(FEATURE_LAYERS_ARG, None)  # a graph key only (runner._hidden_kwargs), not the model's
         if is_graph_wrapped(model):
             kwargs["bypass_hpu_graphs"] = True
         return model(**kwargs)

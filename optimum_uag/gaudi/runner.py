@@ -405,6 +405,12 @@ class GaudiModelRunner:
                                               device=self.device)
         self._feature_target = self._features[key]
 
+    def _hidden_kwargs(self) -> dict:
+        """A features call's extra arguments. The fused layers go in as an argument GraphStep drops: habana's
+        input_hash keys graphs by every argument, so a head fusing other layers (another buffer, other hooks) gets
+        graphs of its own instead of replaying ones that write into the last head's buffer."""
+        return {"output_hidden_states": True, hpu.FEATURE_LAYERS_ARG: self._feature_layers}
+
     def _copy_features(self, module, args, output):
         target = self._feature_target
         if target is not None:
@@ -457,13 +463,13 @@ class GaudiModelRunner:
             input_ids=tokens, attention_mask=mask, position_ids=position_ids, past_key_values=past,
             token_idx=columns + 1, reuse_cache=True, use_cache=True, lazy_mode=self.lazy_mode,
             logits_to_keep=_bucketed(logits_to_keep, length), **self._knobs, **self._bypass, **position,
-            **({"output_hidden_states": True} if hidden else {}),
+            **(self._hidden_kwargs() if hidden else {}),
         )
         return out
 
     def _forward_token_idx(self, tokens, slots, position_ids, columns, logits_to_keep, hidden=False):
         batch, length = tokens.shape
-        extra = {"output_hidden_states": True} if hidden else {}
+        extra = self._hidden_kwargs() if hidden else {}
         if length > 1:  # the prefill: plain causal attention without a past, then copied into the cache
             mask = (slots >= self.pad[:, None]).long()
             out = self.call(input_ids=tokens, attention_mask=mask, position_ids=position_ids, use_cache=True,

@@ -119,6 +119,13 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
     return info
 
 
+def stored_layers(data_dir: str | Path) -> list[int]:
+    """The fused layers a features folder was written with ([]: the final norm's output alone, or a folder of an
+    earlier version)."""
+    meta = Path(data_dir) / "features.json"
+    return [int(i) for i in json.loads(meta.read_text())["feature_layers"]] if meta.exists() else []
+
+
 def as_sequence(item) -> dict:
     """{'ids', 'loss_mask' (True where a token is trained on: the assistant's answers), 'group' (the split key: a
     conversation's first user turn)}; a bare id list trains on every token and is its own group."""
@@ -293,6 +300,12 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
         head = init_head(model, config, vocab_ids)
     if feature_layers and list(feature_layers) != head.feature_layers:
         head.add_fusion(list(feature_layers))  # starts as the same function: fuse = [0 ... 0 | I]
+    for folder in [data_dir] + ([eval_dir] if eval_dir is not None else []):
+        stored = stored_layers(folder)
+        if head.feature_layers and head.feature_layers != stored:  # (a plain head reads the last part of any)
+            raise ValueError(f"the head fuses layers {head.feature_layers}, the features in {folder} are of layers "
+                             f"{stored or 'none (the final norm only)'}: extract them with --feature_layers "
+                             f"{','.join(map(str, head.feature_layers))} into another --work_dir")
     if head.lm_head is not None and freeze_lm_head:
         head.lm_head.weight.requires_grad_(False)
     head.train()
