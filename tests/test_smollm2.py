@@ -44,6 +44,29 @@ def test_the_head_training_pool_shares_no_item_with_the_held_out_sets():
         assert item not in text, item
 
 
+def test_the_third_wave_is_new_and_shares_no_item_with_the_held_out_sets():
+    """head_extra_prompts() (stage 7's requests): the same families over items in neither the head pool nor the
+    held-out sets."""
+    from optimum_uag.models import prompt_sets as ps
+
+    extra = ps.head_extra_prompts()
+    assert len(extra) > 1000 and len(set(extra)) == len(extra)
+    assert not set(extra) & set(ps.head_training_prompts())
+    assert not set(extra) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
+    for more, seen in [(ps.MORE_CODE_TASKS, ps.CODE_TASKS + ps.WIDE_CODE_TASKS + ps.HELDOUT_CODE_TASKS),
+                       (ps.MORE_CONCEPTS, ps.CONCEPTS + ps.WIDE_CONCEPTS + ps.HELDOUT_CONCEPTS),
+                       (ps.MORE_SENTENCES, ps.SENTENCES + ps.WIDE_SENTENCES + ps.HELDOUT_SENTENCES),
+                       (ps.MORE_LIST_THINGS, ps.LIST_THINGS + ps.WIDE_LIST_THINGS + ps.HELDOUT_LIST_THINGS),
+                       (ps.MORE_JSON_ENTITIES, ps.JSON_ENTITIES + ps.WIDE_JSON_ENTITIES + ps.HELDOUT_JSON_ENTITIES),
+                       (ps.MORE_WRITING, ps.WRITING + ps.WIDE_WRITING + ps.HELDOUT_WRITING),
+                       (ps.MORE_SNIPPETS, ps._SNIPPETS + ps.WIDE_SNIPPETS),
+                       (ps.MORE_PARAGRAPHS, ps._PARAGRAPHS + ps.WIDE_PARAGRAPHS)]:
+        assert not set(more) & set(seen)
+    text = "\n".join(extra)
+    for item in ps.HELDOUT_CODE_TASKS + ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS:
+        assert item not in text, item
+
+
 def test_chat_prompts_stays_a_function_after_the_prompt_module_is_imported():
     """Its submodule was once named chat_prompts too: importing it replaced the package's function by the module
     (a second `optimum_uag.models.chat_prompts()` raised "'module' object is not callable")."""
