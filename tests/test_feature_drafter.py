@@ -1,5 +1,6 @@
 """Feature-level (EAGLE-style) draft heads: exactness against target-only generate(), lossless sampling, the
 reduced draft vocabulary, n-gram + head drafting, refusing a head of another target, the checkpoint layout."""
+import contextlib
 import json
 
 import pytest
@@ -241,14 +242,8 @@ def test_prompt_lookup_then_uag_draft_matches_target(embedded, prompts):
 @pytest.mark.parametrize("kind", ["dynamic", "per_row"])
 def test_other_runners(target, prompts, kind):
     """The model's-own-cache runner returns features too (exact); the per-row fallback refuses by name."""
-    from optimum_uag.registry import model_state
-    from optimum_uag.runners.registry import select_runner
-
     model, tok = target
-    select_runner(model)
-    saved = model_state(model)["runner"]
-    model_state(model)["runner"] = (kind, True)
-    try:
+    with runner_kind(model, kind):
         ids, mask = batch(tok, prompts[:2])
         head = make_head(model, 300)
         if kind == "per_row":
@@ -258,6 +253,19 @@ def test_other_runners(target, prompts, kind):
         out = assisted_generate(model, head, ids, mask, max_new_tokens=20, num_assistant_tokens=3)
         assert torch.equal(out.sequences, reference(model, ids, mask, 20, tok))
         assert out.metrics.draft_forwards > 0
+
+
+@contextlib.contextmanager
+def runner_kind(model, kind: str):
+    """The model's runner forced to `kind` (static / dynamic / per_row) inside the block."""
+    from optimum_uag.registry import model_state
+    from optimum_uag.runners.registry import select_runner
+
+    select_runner(model)
+    saved = model_state(model)["runner"]
+    model_state(model)["runner"] = (kind, True)
+    try:
+        yield
     finally:
         model_state(model)["runner"] = saved
 
@@ -403,14 +411,8 @@ def test_fused_head_matches_target(target, prompts, tree, kind):
     """A head with fused features drafts from the layers its verify forwards return (static runner, the model's own
     cache), chains and trees: exact, and it drafts as unrolled() predicts (its acceptance differs from the same
     head reading the final norm alone)."""
-    from optimum_uag.registry import model_state
-    from optimum_uag.runners.registry import select_runner
-
     model, tok = target
-    select_runner(model)
-    saved = model_state(model)["runner"]
-    model_state(model)["runner"] = (kind, True)
-    try:
+    with runner_kind(model, kind):
         ids, mask = batch(tok, prompts[:3])
         head = make_fused_head(model, 300)
         opts = dict(draft_tree=True, draft_policy="fixed") if tree else dict(num_assistant_tokens=3)
@@ -419,5 +421,3 @@ def test_fused_head_matches_target(target, prompts, tree, kind):
         assert out.metrics.draft_forwards > 0 and out.metrics.accepted_tokens > 0
         if tree and kind == "static":  # (the model's own cache takes no tree mask: a chain, said in a line)
             assert out.metrics.tree_rounds > 0
-    finally:
-        model_state(model)["runner"] = saved
