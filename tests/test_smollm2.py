@@ -44,25 +44,27 @@ def test_the_head_training_pool_shares_no_item_with_the_held_out_sets():
         assert item not in text, item
 
 
-def test_the_third_wave_is_new_and_shares_no_item_with_the_held_out_sets():
-    """head_extra_prompts() (stage 7's requests): the same families over items in neither the head pool nor the
-    held-out sets."""
+@pytest.mark.parametrize("wave", ["MORE", "WAVE4"])
+def test_each_new_wave_is_new_and_shares_no_item_with_the_held_out_sets(wave):
+    """head_extra_prompts() (stage 7's requests, MORE_*) and head_wave4_prompts() (stage 8's, WAVE4_*): the same
+    families over items in no earlier pool nor the held-out sets."""
     from optimum_uag.models import prompt_sets as ps
 
-    extra = ps.head_extra_prompts()
-    assert len(extra) > 1000 and len(set(extra)) == len(extra)
-    assert not set(extra) & set(ps.head_training_prompts())
-    assert not set(extra) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
-    for more, seen in [(ps.MORE_CODE_TASKS, ps.CODE_TASKS + ps.WIDE_CODE_TASKS + ps.HELDOUT_CODE_TASKS),
-                       (ps.MORE_CONCEPTS, ps.CONCEPTS + ps.WIDE_CONCEPTS + ps.HELDOUT_CONCEPTS),
-                       (ps.MORE_SENTENCES, ps.SENTENCES + ps.WIDE_SENTENCES + ps.HELDOUT_SENTENCES),
-                       (ps.MORE_LIST_THINGS, ps.LIST_THINGS + ps.WIDE_LIST_THINGS + ps.HELDOUT_LIST_THINGS),
-                       (ps.MORE_JSON_ENTITIES, ps.JSON_ENTITIES + ps.WIDE_JSON_ENTITIES + ps.HELDOUT_JSON_ENTITIES),
-                       (ps.MORE_WRITING, ps.WRITING + ps.WIDE_WRITING + ps.HELDOUT_WRITING),
-                       (ps.MORE_SNIPPETS, ps._SNIPPETS + ps.WIDE_SNIPPETS),
-                       (ps.MORE_PARAGRAPHS, ps._PARAGRAPHS + ps.WIDE_PARAGRAPHS)]:
-        assert not set(more) & set(seen)
-    text = "\n".join(extra)
+    prompts = {"MORE": ps.head_extra_prompts, "WAVE4": ps.head_wave4_prompts}[wave]()
+    earlier = set(ps.head_training_prompts()) | (set(ps.head_extra_prompts()) if wave == "WAVE4" else set())
+    assert len(prompts) > 1000 and len(set(prompts)) == len(prompts)
+    assert not set(prompts) & earlier
+    assert not set(prompts) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
+    prefixes = ["", "WIDE_", "HELDOUT_"] + (["MORE_"] if wave == "WAVE4" else [])
+    for family in ["CODE_TASKS", "CONCEPTS", "SENTENCES", "LIST_THINGS", "JSON_ENTITIES", "WRITING", "SNIPPETS",
+                   "PARAGRAPHS"]:
+        # the first pool's snippets and paragraphs are private (_SNIPPETS); the held-out sets have none of their own
+        names = [("_" if not pre and family in ("SNIPPETS", "PARAGRAPHS") else pre) + family for pre in prefixes]
+        seen = [x for name in names for x in getattr(ps, name, [])]
+        items = getattr(ps, f"{wave}_{family}")
+        assert len(set(items)) == len(items), family
+        assert not set(items) & set(seen), (family, set(items) & set(seen))
+    text = "\n".join(prompts)
     for item in ps.HELDOUT_CODE_TASKS + ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS:
         assert item not in text, item
 

@@ -506,3 +506,206 @@ def head_extra_prompts(seed: int = 0) -> list[str]:
     prompts = sorted({p for group in groups.values() for p in group} - taken)
     rng.shuffle(prompts)
     return prompts
+
+
+# The fourth wave (stage 8): the same request families again, over items in none of the pools above nor the held-out
+# sets.
+WAVE4_CODE_TASKS = [
+    'returns the number of consonants in a string', 'computes the sum of the even numbers in a list',
+    'converts a string to title case without using title()', 'counts the occurrences of a substring',
+    'returns the absolute difference of two lists element-wise', 'computes the factorial of n recursively',
+    'finds the smallest element of a list without using min',
+    'computes the area of a triangle from its base and height', 'computes the volume of a sphere',
+    'returns the distance between two points', 'checks whether a point is inside a circle',
+    'returns the common prefix of a list of strings', 'counts the number of islands in a grid',
+    'returns the transpose of a list of lists without zip', 'returns the cumulative sum of a list',
+    'normalizes a list of numbers between 0 and 1', 'returns the top three most frequent words in a text',
+    'removes empty strings from a list', 'splits a list into even and odd numbers',
+    'returns every second element of a list', 'counts how many times each value appears in a list',
+    'replaces every space in a string with an underscore', 'converts snake_case to camelCase',
+    'converts camelCase to snake_case', 'returns the file extension of a path',
+    'checks whether a URL starts with https', 'extracts the domain from an email address',
+    'masks all but the last four digits of a card number', 'computes the tip for a restaurant bill',
+    'converts seconds to hours, minutes and seconds', 'checks whether a date string is valid',
+    'returns a list of dates for the next seven days', 'implements a linked list with insert and delete',
+    'detects a cycle in a linked list', 'implements a min stack', 'implements a circular buffer',
+    'implements a trie for words', 'implements radix sort', 'implements a binary search tree insert',
+    'checks whether a binary tree is balanced', 'finds the lowest common ancestor in a binary tree',
+    'computes the number of paths in a grid', 'solves the coin change problem',
+    'computes the longest common subsequence', 'computes the longest increasing subsequence',
+    'solves the 0/1 knapsack problem', 'solves the Tower of Hanoi', 'generates all subsets of a list',
+    'generates all valid combinations of n pairs of parentheses', 'returns the sum of the proper divisors of n',
+    'checks whether a number is a perfect number', 'computes the digital root of a number',
+    'computes the Collatz sequence of a number', "computes the square root of a number with Newton's method",
+    'estimates pi with random points', 'converts binary to decimal', 'swaps two variables without a temporary variable',
+    'returns the maximum of three numbers', 'checks whether a character is a letter or a digit',
+    'reads a JSON file and returns a dictionary', 'writes a list of dictionaries to a CSV file',
+    'counts the words in a file', 'finds the longest line in a file', 'downloads a web page and returns its title',
+    'retries a function call up to three times', 'caches the results of a function',
+    'implements a simple counter class', 'implements a stopwatch class', 'implements a shopping cart class',
+    'implements a class for a point in 2D', 'implements a class for a fraction', 'implements a simple event emitter',
+    'validates a postal code', 'generates a random hex color', 'shuffles a list without using random.shuffle',
+    'picks a random element from a list with weights', 'checks whether a number is a multiple of three and five',
+    'returns the sum of a list without using sum', 'removes the whitespace at both ends of every string in a list',
+    'checks whether two rectangles overlap', 'returns the nth triangular number',
+    'computes the harmonic mean of a list', 'finds the first repeated element of a list',
+    'returns the words of a sentence sorted by length', 'checks whether a string is a pangram',
+    'counts the number of paragraphs in a text', 'returns the longest common suffix of two strings',
+    'computes the running average of a stream of numbers', 'splits a string into chunks of n characters',
+    'checks whether a list is a palindrome', 'finds the peak element of a list',
+    'returns the indexes of all occurrences of a value', 'computes the sum of the first n odd numbers',
+    'converts a string of digits to an integer without int()',
+    'returns the missing letters of the alphabet in a string', 'checks whether a number is a happy number',
+    'computes the number of trailing zeros of n factorial', 'implements a deque with a list',
+    'implements a simple key-value store class', 'implements a matrix class with addition',
+    'checks whether a word can be built from a set of letters', 'returns a histogram of a list as stars',
+    'implements a rate limiter class', 'parses a query string into a dictionary',
+    'builds a URL from a base and parameters',
+]
+WAVE4_CONCEPTS = [
+    'atoms', 'molecules', 'inertia', 'momentum', 'kinetic energy', 'electric current', 'a battery', 'a generator',
+    'wind power', 'hydroelectric power', 'air pollution', 'recycling', 'composting', 'extinction', 'fossils',
+    'photosynthesis in algae', 'the nervous system', 'dreams', 'the five senses', 'the common cold', 'a fever', 'sugar',
+    'caffeine', 'the kidneys', 'the liver', 'the eye', 'the ear', 'a galaxy', 'a star', 'an asteroid',
+    'latitude and longitude', 'a map', 'a compass', 'a barometer', 'a thermometer', 'a hurricane', 'a tornado',
+    'a tsunami', 'droughts', 'the Sahara', 'mountains', 'rivers', 'an island', 'a peninsula', 'the pyramids',
+    'the Great Wall of China', 'the Olympic Games', 'saving money', 'investing', 'stocks and bonds', 'a credit score',
+    'advertising', 'a brand', 'customer service', 'e-commerce', 'supply chains', 'a data structure', 'a computer virus',
+    'malware', 'a VPN', 'Bluetooth', '5G', 'a pixel', 'RAM', 'a hard drive', 'a file system',
+    'functional programming', 'a recursive function', 'sorting', 'a queue', 'a stack', 'a graph in computer science',
+    'a binary tree', 'JSON', 'HTML', 'CSS', 'SQL', 'Git branches', 'containers', 'machine translation',
+    'speech recognition', 'computer vision', 'a large language model', 'overfitting', 'gradient descent', 'an average',
+    'percentages', 'negative numbers', 'a triangle', 'a circle', 'symmetry', 'music theory', 'rhythm', 'poetry',
+    'a novel', 'theater', 'photography', 'painting', 'architecture', 'friendship', 'kindness', 'honesty', 'curiosity',
+    'the spinal cord', 'the skeleton', 'red blood cells', 'a cell membrane', 'chromosomes', 'mutation',
+    'natural selection', 'adaptation', 'camouflage', 'hibernation', 'a habitat', 'a wetland', 'a savanna', 'the tundra',
+    'the ocean floor', 'ocean currents', 'a monsoon', 'lightning', 'thunder', 'snow', 'fog', 'a dam', 'irrigation',
+    'farming', 'bees', 'ants', 'photosynthesis and respiration', 'a lever', 'a pulley', 'buoyancy', 'air pressure',
+    'density', 'evaporation', 'condensation', 'melting and freezing', 'a solution in chemistry', 'rust',
+    'the metric system', 'a light-year', 'a black dwarf', 'a nebula', 'a lunar eclipse', 'the ancient Olympics',
+    'the Aztecs', 'the Incas', 'the Ottoman Empire', 'the American Revolution', 'the printing of newspapers',
+    'the telephone', 'the steam engine', 'the light bulb', 'radio', 'television', 'a refrigerator', 'a microwave oven',
+    'an electric car', 'a solar panel', 'a wind turbine',
+]
+WAVE4_SENTENCES = [
+    'I am going to the library.', 'The train is late again.', 'My mother makes the best soup.', 'Can I pay by card?',
+    'We had dinner at a nice restaurant.', 'The students are studying for the exam.', 'Where can I buy a ticket?',
+    'My phone battery is empty.', 'I have two brothers and one sister.', 'This soup is delicious.',
+    'He is waiting for the bus.', 'I usually wake up at seven.', 'The road is closed because of the snow.',
+    'Do you want to come with us?', 'I am tired after the long trip.', 'Our teacher gave us a lot of homework.',
+    'The airport is far from here.', 'How do I get to the museum?', 'The price includes breakfast.',
+    'She is a very good singer.', 'I will call you later.', 'The kitchen is very clean.',
+    'They are moving to a new apartment.', 'I want to learn how to swim.', 'The market opens early in the morning.',
+    'The book is on the table.', 'We are lost, can you help us?', 'The children are drawing pictures.',
+    'I prefer tea to coffee.', 'The shop closes at six.', 'My grandmother lives in the countryside.',
+    'Is this seat free?', 'I am learning to play the guitar.', 'The sun sets early in winter.',
+    'The bakery sells warm bread every morning.', 'I am going to visit my aunt next week.',
+    'The weather will be cold tomorrow.', 'Our flight was cancelled.', 'I need a new pair of shoes.',
+    'The teacher is explaining the lesson.', 'We are cooking dinner together.', 'This street is very quiet at night.',
+    'My friend is coming to visit on Friday.', 'The bus stop is in front of the bank.', 'I have a headache.',
+    'The lake is frozen in winter.', 'Thank you for the delicious meal.',
+]
+WAVE4_LIST_THINGS = [
+    'ways to stay hydrated', 'countries in Africa', 'benefits of reading', 'ways to reduce waste',
+    'famous mathematicians', 'foods rich in protein', 'ideas for a school project', 'questions to ask a doctor',
+    'wind instruments', 'ways to make friends', 'planets with rings', 'outdoor games for children',
+    'uses of machine learning', 'ways to focus while studying', 'fantasy novels', 'camping essentials',
+    'reasons to learn a second language', 'team sports', 'graph algorithms', 'ways to improve your handwriting',
+    'tips for a healthy heart', 'hobbies for teenagers', 'reasons to adopt a pet', 'ways to improve your memory',
+    'foods rich in calcium', 'tips for protecting your privacy', 'benefits of swimming',
+    'ways to spark curiosity in kids', 'spices used in Indian cooking', 'tips for growing tomatoes',
+    'ways to keep a clean kitchen', 'tips for studying history', 'ways to start the morning well', 'logical fallacies',
+    'useful JavaScript libraries', 'Git commands for beginners', 'animals that hibernate',
+    'summer activities for families', 'things to bring to the beach', 'tips for taking good photos',
+    'dishes from Italy', 'famous bridges', 'deserts of the world', 'famous athletes', 'exercises for beginners',
+    'ways to practice gratitude', 'healthy snacks for work', 'tips for writing a resume', 'symptoms of dehydration',
+    'tips for driving safely', 'ways to recycle at home', 'data types in Python', 'HTTP status codes',
+    'Linux commands for beginners', 'famous physicists', 'mammals that live in the sea', 'tips for a long flight',
+    'ways to celebrate a birthday at home', "tips for a good night's sleep before an exam", 'famous sculptors',
+    'board games for two players', 'ways to learn a new skill quickly', 'famous explorers',
+    'birds that live near water', 'tips for staying safe online', 'tips for cooking rice', 'careers in science',
+    'ways to save time in the morning', 'famous women in science', 'features of a good password', 'types of bread',
+    'mountains in Europe', 'ways to help the environment', 'tips for learning to draw', 'fruits that grow on trees',
+    'vegetables that are green', 'tips for a long car trip', 'ways to cool down in summer',
+    'ways to stay warm in winter',
+]
+WAVE4_JSON_ENTITIES = [
+    ('a museum', 'name, city, opening_hours'), ('a phone', 'brand, model, storage_gb'), ('a dog', 'name, breed, age'),
+    ('a teacher', 'name, subject, school'), ('a watch', 'brand, material, price'),
+    ('a bus', 'line, origin, destination'), ('a video game', 'title, platform, year'),
+    ('an apartment', 'city, rooms, rent'), ('a jacket', 'brand, size, color'), ('a bird', 'name, wingspan_cm, habitat'),
+    ('an order', 'id, customer, total'), ('a user account', 'username, email, created_at'),
+    ('a newspaper article', 'headline, author, date'), ('a workout', 'name, duration_min, calories'),
+    ('a tea', 'name, origin, caffeine'), ('a database table', 'name, columns, rows'),
+    ('a festival', 'name, city, month'), ('an insect', 'name, legs, habitat'), ('a pizza', 'name, toppings, price'),
+    ('a sensor', 'id, type, reading'), ('a hospital', 'name, city, beds'), ('a pet shop', 'name, city, animals'),
+    ('a song album', 'title, artist, tracks'), ('a lake', 'name, area_km2, country'),
+    ('a tablet', 'brand, screen_inches, price'), ('a marathon', 'city, date, distance_km'),
+    ('a chef', 'name, restaurant, specialty'), ('a parking lot', 'name, spaces, price_per_hour'),
+]
+WAVE4_WRITING = [
+    'Write an email asking a colleague for help with a report.', 'Write a congratulations message for a graduation.',
+    'Write a product description for a backpack.', 'Summarize the plot of Hansel and Gretel.',
+    'Write a tweet announcing a book club.', 'Write a short toast for a birthday.',
+    'Describe a busy market in three sentences.', 'Write a short dialogue between a doctor and a patient.',
+    'Write a cover letter for a barista position.', 'Write an email cancelling a subscription.',
+    'Write a short story about a girl who finds a dragon egg.', 'Write a welcome message for a new club member.',
+    'Write a text message inviting friends to a movie night.', 'Summarize the story of the Tortoise and the Hare.',
+    'Describe a forest in autumn in three sentences.', 'Write a short fable about an ant and a grasshopper.',
+    'Write a motivational quote about hard work.', 'Write a job posting for a data analyst.',
+    'Write a thank-you note to a neighbor.', 'Summarize the plot of The Jungle Book.', 'Write a joke about cats.',
+    'Write a short announcement for a library reading event.', 'Write a letter to a pen pal.',
+    'Write a short speech for a school graduation.', 'Write a description of a perfect weekend.',
+    'Write a short blog post about learning to cook.', 'Write an apology email for a late delivery.',
+    'Write a short poem about a cup of coffee.', 'Write a short story about a robot who wants to be a chef.',
+    'Write a packing list message for a school trip.', 'Write a short review of a new smartphone.',
+    'Write a riddle about time.', 'Write a short invitation to a garden party.',
+    'Write a short note to remind the team about a deadline.', 'Describe a city street at night in three sentences.',
+    'Write a short poem about the snow.', 'Write a haiku about the moon.', 'Write a short story about a clever rabbit.',
+    'Write a limerick about a fish.', 'Write a short review of a coffee shop.', 'Write a poem about a school day.',
+    'Write a haiku about a garden.', 'Write a slogan for a bookshop.', 'Write a short bio for a music teacher.',
+    'Write a recipe for tomato soup.', 'Write an email to a teacher about a missed class.',
+    'Write a short poem about the sky.', 'Write instructions for making a cup of tea.',
+    'Write a short story about a lost balloon.', 'Summarize the story of Goldilocks and the Three Bears.',
+]
+WAVE4_SNIPPETS = [
+    "def total_price(prices, tax):\n    total = 0\n    for p in prices:\n        total += p\n    return total * (1 + tx)\n",
+    "def greet(name):\n    print('Hello, ' + name\n",
+    "def last_element(xs):\n    return xs[len(xs)]\n",
+    "def count_positive(nums):\n    count = 0\n    for n in nums:\n        if n > 0:\n            count += 1\n    return count\n",
+    "def squares(n):\n    result = []\n    for i in range(n):\n        result.append(i * i)\n    return result\n",
+    "def is_prime(n):\n    for i in range(2, n):\n        if n % i == 0:\n            return False\n    return True\n",
+    "def merge(a, b):\n    out = {}\n    for k in a:\n        out[k] = a[k]\n    for k in b:\n        out[k] = b[k]\n    return out\n",
+    "def find_index(xs, target):\n    for i in range(len(xs)):\n        if xs[i] == target:\n            return i\n    return -1\n",
+    "def word_lengths(text):\n    lengths = []\n    for w in text.split():\n        lengths.append(len(w))\n    return lengths\n",
+    "def minimum(a, b):\n    if a < b:\n        return b\n    return a\n",
+]
+WAVE4_PARAGRAPHS = [
+    "Last summer we goes to the sea with my cousins. The water were warm and we swims every day until the sun go down.",
+    "The library will be closed from April 2 to April 6, 2026. Books can be returned on April 7, and the new reading "
+    "room opens on May 1, 2026.",
+    "My teacher say that I needs to practice more. She give us a test every friday and I always forgets to study.",
+    "Dear customer, your order has been shipped today. It should arrive within three to five working days. Thank you "
+    "for shopping with us.",
+    "The bridge was built in 1932. It was repaired on June 10, 1988, and it was closed to cars on September 1, 2015.",
+    "We was very happy when our team win the match. Everybody were singing and the coach buyed pizza for all of us.",
+    "The new park has a playground, a small lake and a cafe. It is open every day from eight in the morning until "
+    "nine in the evening.",
+    "She have worked in this company since five years. Now she want to change job because she dont like her boss.",
+]
+
+
+def head_wave4_prompts(seed: int = 0) -> list[str]:
+    """The fourth wave of the head's pool (stage 8): the same request families over new items, none of them in
+    `head_training_prompts()`, `head_extra_prompts()` nor the held-out chat and grounded sets."""
+    rng = random.Random(seed + 8)
+    groups = _items(WAVE4_CONCEPTS, WAVE4_SENTENCES, WAVE4_LIST_THINGS, WAVE4_JSON_ENTITIES, WAVE4_WRITING,
+                    WAVE4_CODE_TASKS, rng)
+    groups["explain"] = [t.format(c) for c in WAVE4_CONCEPTS for t in CONCEPT_TEMPLATES]
+    groups["list"] = [f"List {n} {t}." for t in WAVE4_LIST_THINGS for n in (3, 5, 7)]
+    groups["grounded"] = _grounded(WAVE4_SNIPPETS, WAVE4_PARAGRAPHS)
+    taken = (set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
+             | set(head_extra_prompts(seed)))
+    prompts = sorted({p for group in groups.values() for p in group} - taken)
+    rng.shuffle(prompts)
+    return prompts
