@@ -44,18 +44,20 @@ def test_the_head_training_pool_shares_no_item_with_the_held_out_sets():
         assert item not in text, item
 
 
-@pytest.mark.parametrize("wave", ["MORE", "WAVE4"])
+@pytest.mark.parametrize("wave", ["MORE", "WAVE4", "WAVE5"])
 def test_each_new_wave_is_new_and_shares_no_item_with_the_held_out_sets(wave):
-    """head_extra_prompts() (stage 7's requests, MORE_*) and head_wave4_prompts() (stage 8's, WAVE4_*): the same
-    families over items in no earlier pool nor the held-out sets."""
+    """head_extra_prompts() (stage 7's requests, MORE_*), head_wave4_prompts() and head_wave5_prompts() (stage 8's,
+    WAVE4_* / WAVE5_*): the same families over items in no earlier pool nor the held-out sets."""
     from optimum_uag.models import prompt_sets as ps
 
-    prompts = {"MORE": ps.head_extra_prompts, "WAVE4": ps.head_wave4_prompts}[wave]()
-    earlier = set(ps.head_training_prompts()) | (set(ps.head_extra_prompts()) if wave == "WAVE4" else set())
+    pools = [ps.head_training_prompts, ps.head_extra_prompts, ps.head_wave4_prompts, ps.head_wave5_prompts]
+    waves = ["", "MORE", "WAVE4", "WAVE5"]
+    prompts = pools[waves.index(wave)]()
+    earlier = {p for pool in pools[: waves.index(wave)] for p in pool()}
     assert len(prompts) > 1000 and len(set(prompts)) == len(prompts)
     assert not set(prompts) & earlier
     assert not set(prompts) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
-    prefixes = ["", "WIDE_", "HELDOUT_"] + (["MORE_"] if wave == "WAVE4" else [])
+    prefixes = ["", "WIDE_", "HELDOUT_"] + [f"{w}_" for w in waves[1 : waves.index(wave)]]
     for family in ["CODE_TASKS", "CONCEPTS", "SENTENCES", "LIST_THINGS", "JSON_ENTITIES", "WRITING", "SNIPPETS",
                    "PARAGRAPHS"]:
         # the first pool's snippets and paragraphs are private (_SNIPPETS); the held-out sets have none of their own

@@ -709,3 +709,189 @@ def head_wave4_prompts(seed: int = 0) -> list[str]:
     prompts = sorted({p for group in groups.values() for p in group} - taken)
     rng.shuffle(prompts)
     return prompts
+
+
+# The fifth wave (stage 8 too): the same families over items in none of the lists above.
+WAVE5_CODE_TASKS = [
+    'returns the number of words in a string that end with a vowel', 'checks whether a list is strictly increasing',
+    'returns the product of the digits of a number', 'computes the sum of a geometric series',
+    'returns the element that appears more than half the time in a list', 'converts a list of seconds to minutes',
+    'returns the sum of the numbers between two integers',
+    'finds all pairs of numbers in a list with a given difference', 'checks whether a number is a Fibonacci number',
+    'returns the nth digit of pi from a string', 'converts an RGB color to a hex string', 'converts a hex color to RGB',
+    'returns the shortest word of a sentence', 'counts the capital letters in each line of a text',
+    'removes the first and last character of a string', 'checks whether a string ends with a question mark',
+    'doubles every element of a list', 'filters the words longer than n characters',
+    'checks whether a number is negative', 'returns the sign of a number',
+    'clamps a number between a minimum and a maximum', 'rounds a number to the nearest ten',
+    'computes the factorial of every number in a list', 'returns the largest even number in a list',
+    'returns the positions of the vowels in a string', 'reverses the order of the lines in a text',
+    'counts the number of unique words in a text', 'checks whether two words rhyme by their last two letters',
+    'returns the alphabetical position of each letter', 'encodes a string with a Caesar cipher',
+    'decodes a Caesar cipher', 'counts how many numbers in a list are prime', "returns the sum of a matrix's rows",
+    'returns the maximum of each column of a matrix', 'flattens a dictionary of dictionaries',
+    'merges a list of dictionaries', 'sorts a dictionary by its values',
+    'returns the keys of a dictionary with the largest value', 'removes the keys with empty values from a dictionary',
+    'counts the elements of a list greater than the average', 'returns the differences between consecutive elements',
+    'checks whether a list has two adjacent equal elements', 'finds the longest run of equal elements in a list',
+    'splits a number into its integer and fractional parts', 'converts a percentage string to a float',
+    'parses a time string like 14:30 into minutes', 'adds n days to a date',
+    'returns the quarter of the year for a date', 'checks whether a year is a century year',
+    'computes the age in days from a birth date', 'implements a tic-tac-toe winner check',
+    'implements a simple calculator with four operations', 'implements a guessing game with random numbers',
+    'implements rock paper scissors', 'draws a triangle of stars', 'prints a multiplication table',
+    'prints the numbers from 1 to 100 with FizzBuzz', 'converts grams to pounds',
+    'computes the speed from distance and time', 'computes the monthly payment of a loan',
+    'computes the discount price', 'implements a class for a library book',
+    'implements a class for a student with grades', 'implements a class for a bank with several accounts',
+    'implements a queue class with a size limit', 'implements an inventory class for a store',
+    'implements a class for a car with a fuel level', 'validates a username with rules',
+    'checks whether a credit card number passes the Luhn check', 'generates a random string of letters and digits',
+    'removes HTML tags from a string', 'escapes HTML special characters', 'counts the words in an HTML string',
+    'finds all the links in an HTML string', 'converts a list to an HTML list', 'converts a CSV line into a list',
+    'reads a text file and prints it in reverse', 'appends a line to a file', 'returns the size of a file in kilobytes',
+    'lists the files in a folder with a given extension', 'computes the checksum of a file',
+    'sorts the lines of a file', 'finds the duplicates in a list of file names',
+    'computes the Manhattan distance between two points', 'computes the cosine similarity of two vectors',
+    'normalizes a vector', 'computes the cross product of two 3D vectors', 'computes the mean of each row of a matrix',
+    'generates the first n even numbers', 'returns the numbers in a range divisible by 7',
+    'returns the number of times a digit appears in a number', 'checks whether two numbers have the same digits',
+    'finds the largest prime factor of a number', 'computes the sum of the primes below n',
+]
+WAVE5_CONCEPTS = [
+    'fungi', 'plants', 'seeds', 'roots', 'leaves', 'flowers', 'trees', 'insects', 'mammals', 'reptiles', 'amphibians',
+    'birds', 'fish', 'whales', 'sharks', 'dolphins', 'elephants', 'soil', 'minerals', 'crystals', 'diamonds', 'gold',
+    'iron', 'steel', 'plastic', 'glass', 'paper', 'cotton', 'silk', 'wool', 'rubber', 'oil', 'natural gas', 'coal',
+    'electric motors', 'engines', 'airplanes', 'helicopters', 'submarines', 'trains', 'bicycles', 'bridges',
+    'skyscrapers', 'tunnels', 'roads', 'traffic lights', 'cities', 'villages', 'farms', 'factories', 'hospitals',
+    'schools', 'libraries', 'museums', 'parks', 'zoos', 'money', 'coins', 'credit cards', 'cryptocurrency',
+    'a stock exchange', 'a salary', 'a pension', 'a tax return', 'a contract', 'a patent', 'copyright', 'a trademark',
+    'a court', 'a jury', 'a lawyer', 'a parliament', 'a president', 'a king', 'an empire', 'a colony', 'a revolution',
+    'a treaty', 'a census', 'a map projection', 'an atlas', 'a calendar', 'a clock', 'a leap year',
+    'a time machine in fiction', 'science fiction', 'mythology', 'Greek gods', 'fairy tales', 'comics', 'animation',
+    'video games', 'chess', 'soccer', 'basketball', 'tennis', 'swimming', 'yoga', 'running', 'a marathon',
+    'a healthy breakfast', 'cooking', 'baking', 'fermentation', 'cheese', 'chocolate', 'coffee', 'tea', 'rice', 'bread',
+    'spices', 'salt', 'water purification', 'plumbing', 'electric wiring', 'a light switch', 'a thermostat',
+    'an air conditioner', 'a heat pump', 'insulation', 'drones', 'the Internet of Things', 'smart homes', 'a QR code',
+    'a barcode', 'a password', 'a username', 'an email address', 'spam', 'cookies on websites', 'a web server',
+    'a domain name', 'a URL', 'a programming library', 'a framework', 'a software update', 'a backup',
+    'a spreadsheet formula', 'a pie chart', 'a bar chart', 'a histogram', 'the median', 'the mode',
+    'a standard deviation', 'a correlation', 'a hypothesis', 'an experiment', 'a theory', 'a law of physics',
+    "Newton's laws", 'energy conservation', "a magnet's poles", 'an electromagnet', 'ultraviolet light',
+    'infrared light', 'X-rays', 'radioactivity',
+]
+WAVE5_SENTENCES = [
+    'I am reading a very interesting book.', 'The train leaves from platform three.',
+    'We are having a picnic in the park.', 'Could you open the door, please?', 'My cousin lives in another country.',
+    'The soup needs more salt.', 'I have an appointment with the dentist.', 'The children are swimming in the lake.',
+    'It is very hot today.', 'I would like a glass of water.', 'The library has many old books.',
+    'We took a lot of photos.', 'My neighbor has a big dog.', 'The concert starts at nine.',
+    'I am looking for a new job.', 'The city is beautiful in spring.', 'Please write your name here.',
+    'The store is out of milk.', 'I will be back in ten minutes.', 'Where is the nearest pharmacy?',
+    'The movie was very funny.', 'He plays the piano every evening.', 'We need to leave early tomorrow.',
+    'The cake is in the oven.', 'Our team won the game.', "I can't find my glasses.",
+    'The hotel room has a beautiful view.', 'She works as a nurse.', 'The bus is full today.',
+    'I am sorry for the mistake.', "Let's go for a walk.", 'The garden is full of roses.',
+    'My brother is taller than me.', 'We are going on vacation in August.', 'The painting is very old.',
+    'Please speak louder.', 'The museum opens at ten.', 'I like to cook on weekends.', 'The baby is smiling.',
+    'It is too late to call him.', 'The streets are wet after the rain.', 'I need help with my homework.',
+    'Turn left at the next corner.', 'The restaurant is fully booked.', 'My keys are in my bag.',
+    'We met at the university.', 'The price is too high.', 'Good luck with your exam!',
+]
+WAVE5_LIST_THINGS = [
+    'tips for a healthy lunch', 'ways to practice mindfulness', 'famous novelists', 'countries in Asia',
+    'benefits of learning music', 'ways to reduce plastic use', 'famous philosophers', 'foods rich in vitamin D',
+    'things to do in London', 'ideas for a family game night', 'questions to ask a new teacher',
+    'percussion instruments', 'ways to help a friend', 'moons in the solar system', 'puzzle games', 'uses of SQL',
+    'tips for taking notes', 'ways to avoid procrastination', 'animals that live in the Arctic', 'mystery novels',
+    'office supplies', 'reasons to learn science', 'water sports', 'search algorithms', 'tips for keeping a house cool',
+    'famous film directors', 'tips for healthy skin', 'hobbies for adults', 'reasons to visit a museum',
+    'ways to improve your concentration', 'features of a good laptop', 'types of forests',
+    'famous landmarks in America', 'ways to have fun without money', 'foods rich in potassium',
+    'tips for strong passwords', 'benefits of walking', 'types of batteries', 'ways to encourage reading',
+    'spices used in Mexican cooking', 'tips for growing herbs indoors', 'ways to organize a closet',
+    'inventions of ancient Rome', 'tips for learning physics', 'ways to end the day calmly', 'types of quadrilaterals',
+    'memory techniques', 'features of Java', 'useful command line tools', 'CSS properties for beginners',
+    'animals that live in trees', 'tips for moving abroad', 'spring activities for kids',
+    'things to see in a city park', 'qualities of a good friend', 'tips for recording a podcast', 'dishes from Mexico',
+    'islands in the Pacific', 'famous castles', 'oceans of the world', 'famous chess players', 'exercises for the arms',
+    'ways to show appreciation', 'healthy drinks', 'tips for a video call', 'ways to learn new words',
+    'popular cat breeds', 'types of cheese', 'signs of a cold', 'tips for cycling in the city',
+    'ways to reuse glass jars', 'loops in Python', 'common Git mistakes', 'keyboard shortcuts', 'famous chemists',
+    'animals with shells', 'tips for a train journey', 'ways to celebrate a new year',
+]
+WAVE5_JSON_ENTITIES = [
+    ('a zoo animal', 'name, species, age'), ('a smartwatch', 'brand, battery_days, price'),
+    ('a parrot', 'name, color, words'), ('a radio station', 'name, frequency, genre'), ('a nurse', 'name, ward, shift'),
+    ('a volcano', 'name, height_m, active'), ('a ring', 'material, size, price'), ('a ferry', 'name, route, capacity'),
+    ('a lesson', 'subject, teacher, room'), ('a mobile app', 'name, category, downloads'),
+    ('a cottage', 'location, bedrooms, price_per_night'), ('a startup', 'name, founded, funding'),
+    ('a pair of jeans', 'brand, waist, length'), ('a fish', 'name, water, length_cm'),
+    ('a delivery', 'id, address, status'), ('a login attempt', 'username, time, success'),
+    ('a statue', 'name, sculptor, city'), ('a press release', 'title, company, date'),
+    ('a running route', 'name, distance_km, elevation_m'), ('a juice', 'name, fruits, price'),
+    ('a region', 'name, country, area_km2'), ('a log entry', 'level, time, message'), ('a parade', 'name, city, date'),
+    ('a spider', 'name, legs, venomous'), ('a sandwich', 'name, bread, price'), ('a robot', 'model, sensors, battery'),
+    ('a clinic', 'name, doctors, address'), ('a credit card', 'holder, limit, expires'),
+]
+WAVE5_WRITING = [
+    'Write a short poem about the forest.', 'Write a haiku about summer.', 'Write a short story about a kind giant.',
+    'Write an email asking for a meeting with a professor.', 'Write a congratulations message for a new baby.',
+    'Write a product description for a coffee mug.', 'Summarize the plot of Peter Pan.',
+    'Write a tweet announcing a photography contest.', 'Write a limerick about a bird.',
+    'Write a short toast for a retirement party.', 'Describe a train station in three sentences.',
+    'Write a cover letter for a receptionist position.', 'Write a short review of a hiking trail.',
+    'Write an email asking a neighbor to keep the noise down.', 'Write a poem about an old house.',
+    'Write a haiku about a cat.', 'Write a short story about a boy who can talk to birds.',
+    'Write a welcome message for a website.', 'Write a text message wishing a friend good luck.',
+    'Summarize the story of Pinocchio.', 'Write a slogan for a bike shop.', 'Write a short bio for a chef.',
+    'Write a recipe for a simple salad.', 'Describe a snowy mountain in three sentences.',
+    'Write a short fable about a lion and a mouse.', 'Write an email to a company asking about an internship.',
+    'Write a short poem about the ocean waves.', 'Write a job posting for a nurse.',
+    'Write instructions for tying a tie.', 'Write a short story about a secret door.',
+    'Write a thank-you note to a coach.', 'Summarize the plot of Treasure Island.', 'Write a joke about teachers.',
+    'Write a short announcement for a town cleanup day.', 'Write a letter to a favorite author.',
+    "Write a short speech for a friend's wedding.", 'Write a description of a cozy cafe.',
+    'Write a short blog post about saving money.', 'Write an apology message for missing a party.',
+    'Write a short poem about the autumn leaves.', 'Write a short story about a dog who becomes a hero.',
+    "Write a reminder message for a doctor's appointment.", 'Write a short review of a bookstore.',
+    'Summarize the story of The Ugly Duckling.', 'Write a riddle about the moon.',
+    'Write a short invitation to a housewarming party.', 'Write a short note to thank the team for their work.',
+    'Describe a farm in the morning in three sentences.',
+]
+WAVE5_SNIPPETS = [
+    'def add_all(nums):\n    result = 0\n    for n in nums\n        result += n\n    return result\n',
+    "def first_word(s):\n    return s.split(' ')[1]\n", 'def percent(part, whole):\n    return part / whole * 100\n',
+    'def evens(nums):\n    out = []\n    for n in nums:\n        if n % 2 == 0:\n            out.append(n)\n    return out\n',
+    "def greet_all(names):\n    for name in names:\n        print('Hi ' + name)\n",
+    'def fact(n):\n    if n == 0:\n        return 0\n    return n * fact(n - 1)\n',
+    'def to_upper(words):\n    result = []\n    for w in words:\n        result.append(w.upper())\n    return result\n',
+    'def contains(xs, v):\n    for x in xs:\n        if x = v:\n            return True\n    return False\n',
+    'def avg_len(words):\n    return sum(len(w) for w in words) / len(words)\n',
+]
+WAVE5_PARAGRAPHS = [
+    'Me and my sister goes to the cinema every saturday. Last week the film were so boring that we leaves early.',
+    'The museum opened on May 18, 1995. It was renovated in October 2010 and welcomed its ten millionth visitor on August 2, 2023.',
+    'I has a cat named Leo. He like to sleep on my bed and he always wake me up at five in the morning.',
+    'Please note that the office will be closed next Monday for a public holiday. Urgent requests can be sent to the support email, which is checked once a day.',
+    'The first train ran on this line on April 1, 1901. The line was electrified in 1958 and extended to the airport on November 20, 2019.',
+    'Their house are very big and it have a swimming pool. When we visits them, we swims all day.',
+    'The workshop teaches basic cooking skills. Participants learn to cut vegetables, cook pasta and prepare a simple sauce in two hours.',
+    'My boss dont answer my emails since two weeks. I thinks he are very busy with the new project.',
+]
+
+
+def head_wave5_prompts(seed: int = 0) -> list[str]:
+    """The fifth wave of the head's pool (stage 8): the same request families over new items, in no earlier pool
+    (`head_training_prompts()`, `head_extra_prompts()`, `head_wave4_prompts()`) nor the held-out sets."""
+    rng = random.Random(seed + 9)
+    groups = _items(WAVE5_CONCEPTS, WAVE5_SENTENCES, WAVE5_LIST_THINGS, WAVE5_JSON_ENTITIES, WAVE5_WRITING,
+                    WAVE5_CODE_TASKS, rng)
+    groups["explain"] = [t.format(c) for c in WAVE5_CONCEPTS for t in CONCEPT_TEMPLATES]
+    groups["list"] = [f"List {n} {t}." for t in WAVE5_LIST_THINGS for n in (3, 5, 7)]
+    groups["grounded"] = _grounded(WAVE5_SNIPPETS, WAVE5_PARAGRAPHS)
+    taken = (set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
+             | set(head_extra_prompts(seed)) | set(head_wave4_prompts(seed)))
+    prompts = sorted({p for group in groups.values() for p in group} - taken)
+    rng.shuffle(prompts)
+    return prompts
