@@ -549,7 +549,7 @@ WAVE4_CODE_TASKS = [
     'returns the sum of a list without using sum', 'removes the whitespace at both ends of every string in a list',
     'checks whether two rectangles overlap', 'returns the nth triangular number',
     'computes the harmonic mean of a list', 'finds the first repeated element of a list',
-    'returns the words of a sentence sorted by length', 'checks whether a string is a pangram',
+    'checks whether a string is a pangram',
     'counts the number of paragraphs in a text', 'returns the longest common suffix of two strings',
     'computes the running average of a stream of numbers', 'splits a string into chunks of n characters',
     'checks whether a list is a palindrome', 'finds the peak element of a list',
@@ -582,8 +582,8 @@ WAVE4_CONCEPTS = [
     'the ocean floor', 'ocean currents', 'a monsoon', 'lightning', 'thunder', 'snow', 'fog', 'a dam', 'irrigation',
     'farming', 'bees', 'ants', 'photosynthesis and respiration', 'a lever', 'a pulley', 'buoyancy', 'air pressure',
     'density', 'evaporation', 'condensation', 'melting and freezing', 'a solution in chemistry', 'rust',
-    'the metric system', 'a light-year', 'a black dwarf', 'a nebula', 'a lunar eclipse', 'the ancient Olympics',
-    'the Aztecs', 'the Incas', 'the Ottoman Empire', 'the American Revolution', 'the printing of newspapers',
+    'the metric system', 'a light-year', 'a black dwarf', 'a nebula', 'the ancient Olympics',
+    'the Aztecs', 'the Incas', 'the Ottoman Empire', 'the American Revolution',
     'the telephone', 'the steam engine', 'the light bulb', 'radio', 'television', 'a refrigerator', 'a microwave oven',
     'an electric car', 'a solar panel', 'a wind turbine',
 ]
@@ -609,8 +609,8 @@ WAVE4_LIST_THINGS = [
     'ways to stay hydrated', 'countries in Africa', 'benefits of reading', 'ways to reduce waste',
     'famous mathematicians', 'foods rich in protein', 'ideas for a school project', 'questions to ask a doctor',
     'wind instruments', 'ways to make friends', 'planets with rings', 'outdoor games for children',
-    'uses of machine learning', 'ways to focus while studying', 'fantasy novels', 'camping essentials',
-    'reasons to learn a second language', 'team sports', 'graph algorithms', 'ways to improve your handwriting',
+    'uses of machine learning', 'fantasy novels', 'camping essentials',
+    'reasons to learn a second language', 'graph algorithms', 'ways to improve your handwriting',
     'tips for a healthy heart', 'hobbies for teenagers', 'reasons to adopt a pet', 'ways to improve your memory',
     'foods rich in calcium', 'tips for protecting your privacy', 'benefits of swimming',
     'ways to spark curiosity in kids', 'spices used in Indian cooking', 'tips for growing tomatoes',
@@ -632,7 +632,7 @@ WAVE4_LIST_THINGS = [
 WAVE4_JSON_ENTITIES = [
     ('a museum', 'name, city, opening_hours'), ('a phone', 'brand, model, storage_gb'), ('a dog', 'name, breed, age'),
     ('a teacher', 'name, subject, school'), ('a watch', 'brand, material, price'),
-    ('a bus', 'line, origin, destination'), ('a video game', 'title, platform, year'),
+    ('a video game', 'title, platform, year'),
     ('an apartment', 'city, rooms, rent'), ('a jacket', 'brand, size, color'), ('a bird', 'name, wingspan_cm, habitat'),
     ('an order', 'id, customer, total'), ('a user account', 'username, email, created_at'),
     ('a newspaper article', 'headline, author, date'), ('a workout', 'name, duration_min, calories'),
@@ -657,7 +657,7 @@ WAVE4_WRITING = [
     'Write a short announcement for a library reading event.', 'Write a letter to a pen pal.',
     'Write a short speech for a school graduation.', 'Write a description of a perfect weekend.',
     'Write a short blog post about learning to cook.', 'Write an apology email for a late delivery.',
-    'Write a short poem about a cup of coffee.', 'Write a short story about a robot who wants to be a chef.',
+    'Write a short poem about a cup of coffee.',
     'Write a packing list message for a school trip.', 'Write a short review of a new smartphone.',
     'Write a riddle about time.', 'Write a short invitation to a garden party.',
     'Write a short note to remind the team about a deadline.', 'Describe a city street at night in three sentences.',
@@ -669,7 +669,6 @@ WAVE4_WRITING = [
     'Write a short story about a lost balloon.', 'Summarize the story of Goldilocks and the Three Bears.',
 ]
 WAVE4_SNIPPETS = [
-    "def total_price(prices, tax):\n    total = 0\n    for p in prices:\n        total += p\n    return total * (1 + tx)\n",
     "def greet(name):\n    print('Hello, ' + name\n",
     "def last_element(xs):\n    return xs[len(xs)]\n",
     "def count_positive(nums):\n    count = 0\n    for n in nums:\n        if n > 0:\n            count += 1\n    return count\n",
@@ -681,7 +680,6 @@ WAVE4_SNIPPETS = [
     "def minimum(a, b):\n    if a < b:\n        return b\n    return a\n",
 ]
 WAVE4_PARAGRAPHS = [
-    "Last summer we goes to the sea with my cousins. The water were warm and we swims every day until the sun go down.",
     "The library will be closed from April 2 to April 6, 2026. Books can be returned on April 7, and the new reading "
     "room opens on May 1, 2026.",
     "My teacher say that I needs to practice more. She give us a test every friday and I always forgets to study.",
@@ -719,7 +717,7 @@ WAVE5_CODE_TASKS = [
     'returns the sum of the numbers between two integers',
     'finds all pairs of numbers in a list with a given difference', 'checks whether a number is a Fibonacci number',
     'returns the nth digit of pi from a string', 'converts an RGB color to a hex string', 'converts a hex color to RGB',
-    'returns the shortest word of a sentence', 'counts the capital letters in each line of a text',
+    'returns the shortest word of a sentence',
     'removes the first and last character of a string', 'checks whether a string ends with a question mark',
     'doubles every element of a list', 'filters the words longer than n characters',
     'checks whether a number is negative', 'returns the sign of a number',
@@ -806,7 +804,7 @@ WAVE5_LIST_THINGS = [
     'tips for taking notes', 'ways to avoid procrastination', 'animals that live in the Arctic', 'mystery novels',
     'office supplies', 'reasons to learn science', 'water sports', 'search algorithms', 'tips for keeping a house cool',
     'famous film directors', 'tips for healthy skin', 'hobbies for adults', 'reasons to visit a museum',
-    'ways to improve your concentration', 'features of a good laptop', 'types of forests',
+    'features of a good laptop', 'types of forests',
     'famous landmarks in America', 'ways to have fun without money', 'foods rich in potassium',
     'tips for strong passwords', 'benefits of walking', 'types of batteries', 'ways to encourage reading',
     'spices used in Mexican cooking', 'tips for growing herbs indoors', 'ways to organize a closet',
@@ -870,7 +868,6 @@ WAVE5_SNIPPETS = [
     'def avg_len(words):\n    return sum(len(w) for w in words) / len(words)\n',
 ]
 WAVE5_PARAGRAPHS = [
-    'Me and my sister goes to the cinema every saturday. Last week the film were so boring that we leaves early.',
     'The museum opened on May 18, 1995. It was renovated in October 2010 and welcomed its ten millionth visitor on August 2, 2023.',
     'I has a cat named Leo. He like to sleep on my bed and he always wake me up at five in the morning.',
     'Please note that the office will be closed next Monday for a public holiday. Urgent requests can be sent to the support email, which is checked once a day.',
