@@ -493,19 +493,26 @@ MORE_PARAGRAPHS = [
 ]
 
 
-def head_extra_prompts(seed: int = 0) -> list[str]:
-    """The third wave of the head's pool (stage 7): the same request families over new items, none of them in
-    `head_training_prompts()` nor in the held-out chat and grounded sets."""
-    rng = random.Random(seed + 7)
-    groups = _items(MORE_CONCEPTS, MORE_SENTENCES, MORE_LIST_THINGS, MORE_JSON_ENTITIES, MORE_WRITING,
-                    MORE_CODE_TASKS, rng)
-    groups["explain"] = [t.format(c) for c in MORE_CONCEPTS for t in CONCEPT_TEMPLATES]
-    groups["list"] = [f"List {n} {t}." for t in MORE_LIST_THINGS for n in (3, 5, 7)]
-    groups["grounded"] = _grounded(MORE_SNIPPETS, MORE_PARAGRAPHS)
-    taken = set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
+def _wave(prefix: str, rng: random.Random, earlier: list[list[str]]) -> list[str]:
+    """One wave of new items (the lists named PREFIX_*): every family, every concept under every template, every list
+    topic at 3 / 5 / 7, the grounded requests; less the held-out sets and the earlier pools, shuffled."""
+    lists = {name: globals()[f"{prefix}_{name}"] for name in ("CONCEPTS", "SENTENCES", "LIST_THINGS", "JSON_ENTITIES",
+                                                              "WRITING", "CODE_TASKS", "SNIPPETS", "PARAGRAPHS")}
+    groups = _items(lists["CONCEPTS"], lists["SENTENCES"], lists["LIST_THINGS"], lists["JSON_ENTITIES"],
+                    lists["WRITING"], lists["CODE_TASKS"], rng)
+    groups["explain"] = [t.format(c) for c in lists["CONCEPTS"] for t in CONCEPT_TEMPLATES]
+    groups["list"] = [f"List {n} {t}." for t in lists["LIST_THINGS"] for n in (3, 5, 7)]
+    groups["grounded"] = _grounded(lists["SNIPPETS"], lists["PARAGRAPHS"])
+    taken = set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | {p for pool in earlier for p in pool}
     prompts = sorted({p for group in groups.values() for p in group} - taken)
     rng.shuffle(prompts)
     return prompts
+
+
+def head_extra_prompts(seed: int = 0) -> list[str]:
+    """The third wave of the head's pool (stage 7): the same request families over new items, none of them in
+    `head_training_prompts()` nor in the held-out chat and grounded sets."""
+    return _wave("MORE", random.Random(seed + 7), [head_training_prompts(seed)])
 
 
 # The fourth wave (stage 8): the same request families again, over items in none of the pools above nor the held-out
@@ -696,17 +703,7 @@ WAVE4_PARAGRAPHS = [
 def head_wave4_prompts(seed: int = 0) -> list[str]:
     """The fourth wave of the head's pool (stage 8): the same request families over new items, none of them in
     `head_training_prompts()`, `head_extra_prompts()` nor the held-out chat and grounded sets."""
-    rng = random.Random(seed + 8)
-    groups = _items(WAVE4_CONCEPTS, WAVE4_SENTENCES, WAVE4_LIST_THINGS, WAVE4_JSON_ENTITIES, WAVE4_WRITING,
-                    WAVE4_CODE_TASKS, rng)
-    groups["explain"] = [t.format(c) for c in WAVE4_CONCEPTS for t in CONCEPT_TEMPLATES]
-    groups["list"] = [f"List {n} {t}." for t in WAVE4_LIST_THINGS for n in (3, 5, 7)]
-    groups["grounded"] = _grounded(WAVE4_SNIPPETS, WAVE4_PARAGRAPHS)
-    taken = (set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
-             | set(head_extra_prompts(seed)))
-    prompts = sorted({p for group in groups.values() for p in group} - taken)
-    rng.shuffle(prompts)
-    return prompts
+    return _wave("WAVE4", random.Random(seed + 8), [head_training_prompts(seed), head_extra_prompts(seed)])
 
 
 # The fifth wave (stage 8 too): the same families over items in none of the lists above.
@@ -881,14 +878,5 @@ WAVE5_PARAGRAPHS = [
 def head_wave5_prompts(seed: int = 0) -> list[str]:
     """The fifth wave of the head's pool (stage 8): the same request families over new items, in no earlier pool
     (`head_training_prompts()`, `head_extra_prompts()`, `head_wave4_prompts()`) nor the held-out sets."""
-    rng = random.Random(seed + 9)
-    groups = _items(WAVE5_CONCEPTS, WAVE5_SENTENCES, WAVE5_LIST_THINGS, WAVE5_JSON_ENTITIES, WAVE5_WRITING,
-                    WAVE5_CODE_TASKS, rng)
-    groups["explain"] = [t.format(c) for c in WAVE5_CONCEPTS for t in CONCEPT_TEMPLATES]
-    groups["list"] = [f"List {n} {t}." for t in WAVE5_LIST_THINGS for n in (3, 5, 7)]
-    groups["grounded"] = _grounded(WAVE5_SNIPPETS, WAVE5_PARAGRAPHS)
-    taken = (set(heldout_chat_prompts()) | set(grounded_chat_prompts()) | set(head_training_prompts(seed))
-             | set(head_extra_prompts(seed)) | set(head_wave4_prompts(seed)))
-    prompts = sorted({p for group in groups.values() for p in group} - taken)
-    rng.shuffle(prompts)
-    return prompts
+    return _wave("WAVE5", random.Random(seed + 9), [head_training_prompts(seed), head_extra_prompts(seed),
+                                                     head_wave4_prompts(seed)])
