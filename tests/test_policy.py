@@ -142,8 +142,88 @@ def test_batches_weigh_every_active_row():
     assert sum(k == 0 for k in ks[10:]) / len(ks[10:]) > 0.85
 
 
+def test_a_refreshed_t0_reprices_every_drafting_round_at_once():
+    """This CPU slows by 25% while drafting (K=1 rounds 1.25 t0, half accepted: 1.2x): the round without a draft
+    that follows re-measures t0 and drafting resumes at once. A drafting round's cost taken against the t0 of its
+    time read the slowdown as a costlier draft and kept drafting off for rounds."""
+    import random
+
+    rng, policy, ks = random.Random(4), AdaptivePolicy(start_k=1, max_k=1), []
+    for r in range(160):
+        k = policy.next()
+        ks.append(k)
+        slow = 1.0 if r < 80 else 1.25
+        accepted = int(rng.random() < 0.5) if k else 0
+        policy.observe(k, (1.25 if k else 1.0) * slow, 1 + accepted, 1, [1 - accepted, accepted] if k else None)
+    assert sum(k == 0 for k in ks[80:]) <= 3, ks[80:]
+
+
+def _gated_rate(gate: bool, seed: int, batch: int = 4, rounds: int = 300) -> float:
+    """Tokens per no-draft round's time of the adaptive chain at `batch`, on a calibrated draft: each row's draft
+    probability per step is drawn from [0.05, 1) and the verify accepts the token with that probability. A round
+    costs 1.1 + 0.05 per draft step + 0.1 per verified position (one wide verify for every row)."""
+    import random
+
+    rng, policy, tokens, time = random.Random(seed), AdaptivePolicy(start_k=3), 0.0, 0.0
+    for _ in range(rounds):
+        k = policy.next()
+        cut = policy.gate() if gate else None
+        probs = [[rng.choice([0.05, 0.3, 0.6, 0.9, 0.99]) for _ in range(k)] for _ in range(batch)]
+        used, steps, cumulative = 0, 0, [1.0] * batch
+        for j in range(k):
+            steps += 1
+            cumulative = [c * p[j] for c, p in zip(cumulative, probs)]
+            if j > 0 and cut is not None and sum(cumulative) / batch < cut:
+                break
+            used = j + 1
+        accepted = []
+        for p in probs:
+            a = 0
+            while a < used and rng.random() < p[a]:
+                a += 1
+            accepted.append(a)
+        seconds = 1.0 if used == 0 else 1.1 + 0.05 * steps + 0.1 * used
+        tokens += sum(a + 1 for a in accepted) / batch
+        time += seconds
+        policy.observe(used, seconds * rng.lognormvariate(0, 0.05), sum(a + 1 for a in accepted), batch,
+                       [accepted.count(a) for a in range(used + 1)] if used else None)
+    return tokens / time
+
+
+def test_the_gate_drafts_past_the_first_token_only_where_the_rows_are_likely_to_accept():
+    """At batch 4 one verify serves every row: a chain position pays by the rows likely to reach it. Cutting each
+    round's chain by the rows' mean cumulative draft probability (AdaptivePolicy.gate) beats the best fixed-length
+    choice the policy makes without it, on a draft whose probabilities are its acceptance."""
+    import statistics
+
+    with_gate = statistics.mean(_gated_rate(True, s) for s in range(8))
+    without = statistics.mean(_gated_rate(False, s) for s in range(8))
+    assert with_gate > 1.03 * without, (with_gate, without)
+
+
+def test_draft_loop_keeps_a_token_while_the_rows_mean_cumulative_probability_reaches_the_gate():
+    from optimum_uag.engine.drafters.base import draft_loop
+
+    class Runner:  # the next logits: row 0 sure of token 1 (p ~ 1), row 1 unsure (p ~ 0.34 over 3 tokens)
+        def forward(self, token, positions, logits_to_keep=1):
+            return _logits()[:, None]
+
+    def _logits():
+        return torch.tensor([[30.0, 40.0, 0.0], [1.0, 1.0, 1.0 + 1e-3]])
+
+    pick = lambda logits: (logits.argmax(-1), None, None)  # noqa: E731
+    done = torch.tensor([False, False])
+    run = lambda gate, done=done: draft_loop(Runner(), _logits(), 4, pick, torch.tensor([5, 5]), None, done, gate)[0]  # noqa: E731
+    assert run(None).shape[1] == 4
+    # cumulative means: (1 + 1/3) / 2 = 0.67, (1 + 1/9) / 2 = 0.56, (1 + 1/27) / 2 = 0.52
+    assert run(0.6).shape[1] == 1 and run(0.55).shape[1] == 2 and run(0.5).shape[1] == 4
+    assert run(0.99).shape[1] == 1  # the first token is always drafted (the policy chose to draft)
+    assert run(0.99, torch.tensor([False, True])).shape[1] == 4  # an ended row does not count
+
+
 # ------------------------------------------------------------------------- exactness under any choice
 PATTERN = [0, 0, 3, 0, 5, 1, 0, 0, 0, 2, 8, 0, 4] + [0] * 24 + [2]
+GATES = [None, 0.3, 0.99, 0.6, None, 0.0]
 
 
 @pytest.fixture
@@ -154,7 +234,11 @@ def forced(monkeypatch):
         self.forced = getattr(self, "forced", 0) + 1
         return PATTERN[(self.forced - 1) % len(PATTERN)]
 
+    def gate(self):  # and every kind of gate on the chains: none, one that cuts after the first token, in between
+        return GATES[getattr(self, "forced", 0) % len(GATES)]
+
     monkeypatch.setattr(AdaptivePolicy, "_choose", choose)
+    monkeypatch.setattr(AdaptivePolicy, "gate", gate)
 
 
 @pytest.mark.parametrize("draft", ["model", "uag", "head_chain", "head_tree", "lookup", "head_chain_lookup"])

@@ -188,10 +188,14 @@ class _Call:
                 k = policy.next()
                 if agree_k is not None:
                     k = agree_k(k, state.tokens)
+                else:  # (multi-card: no gate, whose host reads could differ per rank)
+                    state.draft_gate = policy.gate()
             if k == 0:  # no draft this round (the adaptive policy): the target's own decoding step
                 proposal = Proposal(tokens=state.tokens[:, :0])
             else:
                 proposal = drafter.propose(state, k)
+                if proposal.tree is None and proposal.tokens.shape[1] < k:
+                    k = proposal.tokens.shape[1]  # the gate (or a confidence stop) cut the chain: what was drafted
             if static_k is not None:
                 proposal = pad_proposal(proposal, static_k)
             t1 = time.perf_counter()

@@ -30,6 +30,9 @@ before that round's draws, and a round without a draft is the target's own decod
 from __future__ import annotations
 
 EMA = 0.3  # weight of the newest round in the time averages
+# weight of the newest round without a draft in t0: those rounds are rare while drafting pays (one per REFRESH), and
+# this CPU drifts between them, so the newest counts most
+T0_EMA = 0.6
 DECAY = 0.9  # per drafting round, on a chain's acceptance counts (text changes: code, prose, a quote)
 # per tree round, on its tokens and seconds: a tree round's tokens vary from 1 to depth + 1, so over ~10 rounds the
 # estimate swings ~20% and a tree worth 1.17x was switched off in a third of the rounds (0.63 drafting share,
@@ -41,6 +44,12 @@ MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
 PROBE_ROUNDS = 2  # drafting rounds per probe
 OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
 CATCH_UP = 2  # rounds without a draft after which the next drafting round's time is the draft's catch-up's
+GATE_REACH = 2  # a chain's K past the best fixed length, for the gate to cut (gate())
+# the share of a drafted token's measured cost still ahead when the gate judges it (its verify width, not its draft
+# step). SmolLM2 + its head at batch 4, simulated on the head's held-out probabilities and a cost model of this
+# CPU (scripts/simulate_gate.py): 0.5-0.6 best (1.22x), 1.0 1.20x, no gate 1.20x, fixed K=1 1.21x
+GATE_SHARE = 0.6
+GATE_MAX = 0.9  # the gate never asks more of a token than this cumulative draft probability
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
 
 
@@ -85,7 +94,7 @@ class AdaptivePolicy:
             self.start_k = max(range(1, self.max_k + 1),
                                key=lambda k: sum(0.6 ** i for i in range(k + 1)) / (1 + (cost + 0.03) * k))
         self.t0: float | None = None  # seconds per round without a draft
-        self.s: float | None = None  # extra seconds per drafted token (chain)
+        self.chain_sums = [0.0, 0.0]  # EMAs of a timed chain round's seconds and drafted tokens (s, with t0)
         self.tree_rate: float | None = None  # tokens per second of tree rounds
         self.tree_sums = [0.0, 0.0]  # decayed tokens and seconds of tree rounds
         self.plain_tokens: float | None = None  # tokens per round without a draft (the active rows)
@@ -99,6 +108,16 @@ class AdaptivePolicy:
         self.seen = [0, 0]  # rounds observed without / with a draft (the first of each is a warm-up, not timed)
 
     # --------------------------------------------------------------------------------------------- estimates
+    @property
+    def s(self) -> float | None:
+        """Extra seconds per drafted token (chain): the timed drafting rounds' mean seconds over the current t0, per
+        mean drafted token. Both averages are kept apart and combined only here, so a refreshed t0 (the CPU slowed
+        or sped up since the last one) re-prices every past drafting round at once: a difference taken per round
+        against the t0 of its time read a 20% slowdown as a costlier draft and switched drafting off."""
+        if self.t0 is None or self.chain_sums[1] <= 0:  # (multi-card: rank 0 may draft before this rank's t0)
+            return None
+        return max(self.chain_sums[0] - self.t0, 0.0) / self.chain_sums[1]
+
     def alpha(self, j: int) -> float:
         """Acceptance at position j given j - 1 accepted; an unseen position takes the nearest seen one's value."""
         for i in range(j, 0, -1):
@@ -122,6 +141,18 @@ class AdaptivePolicy:
                 best, rate = k, r
         return best, rate
 
+    def gate(self) -> float | None:
+        """A chain's stop inside a round (engine/drafters/base.py draft_loop): a drafted token after the first is
+        verified only while the active rows' mean cumulative draft probability is at least this. One more token
+        costs s seconds and earns its acceptance chance, at the best chain's rate of E(K) tokens per t0 + s K
+        seconds; so it pays when that chance is at least s E(K) / (t0 + s K). When the gate judges a token its draft
+        step has run already (s counts it), so GATE_SHARE of that. Measured from the call's rounds: None until both
+        t0 and s are (and for trees, which rank their nodes by the same probabilities)."""
+        if self.tree or self.t0 is None or self.s is None or self.t0 <= 0:
+            return None
+        k, _ = self.best_k()
+        return min(GATE_MAX, GATE_SHARE * self.s * self.expected_tokens(k) / (self.t0 + self.s * k))
+
     def ceiling(self) -> float:
         """The rate a chain would reach with every drafted token accepted, relative to no draft (cost alone)."""
         return max((k + 1) * self.t0 / (self.t0 + self.s * k) for k in range(1, self.max_k + 1))
@@ -144,6 +175,12 @@ class AdaptivePolicy:
             if self.s is None:
                 return self.start_k
             k, rate = self.best_k()
+            if rate >= 1.0:
+                # the gate (self.gate()) cuts each round's chain where the rows' draft probabilities say the next
+                # token does not pay: while drafting pays the K chosen is its ceiling, GATE_REACH past the best
+                # fixed length (acceptance counted past the gate is conditional on passing it, and positions never
+                # drafted are never measured); a probe of a draft that does not pay stays the cheapest chain
+                k = min(self.max_k, k + GATE_REACH)
         if not self.tree and self.ceiling() < 1.0:
             # the measured cost alone rules drafting out: with every token accepted it would still lose, so no
             # more warm-up rounds (their acceptance cannot change that), and probes only at the longest gap
@@ -185,7 +222,7 @@ class AdaptivePolicy:
             self._count(k, accepted_hist)
             return
         if k == 0:
-            self.t0 = seconds if self.t0 is None else (1 - EMA) * self.t0 + EMA * seconds
+            self.t0 = seconds if self.t0 is None else (1 - T0_EMA) * self.t0 + T0_EMA * seconds
             self.plain_tokens = tokens if self.plain_tokens is None else (1 - EMA) * self.plain_tokens + EMA * tokens
             self.without += 1
             self.drafting = 0
@@ -196,9 +233,9 @@ class AdaptivePolicy:
             self.tree_sums = [TREE_DECAY * self.tree_sums[0] + tokens, TREE_DECAY * self.tree_sums[1] + seconds]
             self.tree_rate = self.tree_sums[0] / max(self.tree_sums[1], 1e-9)
             return
-        if self.t0 is not None:  # (multi-card: rank 0's choice may draft before this rank timed a plain round)
-            extra = max(seconds - self.t0, 0.0) / k
-            self.s = extra if self.s is None else (1 - EMA) * self.s + EMA * extra
+        first = self.chain_sums[1] == 0
+        self.chain_sums = [seconds if first else (1 - EMA) * self.chain_sums[0] + EMA * seconds,
+                           k if first else (1 - EMA) * self.chain_sums[1] + EMA * k]
         self._count(k, accepted_hist)
 
     def _count(self, k: int, accepted_hist: list[int] | None) -> None:

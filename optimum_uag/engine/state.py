@@ -32,6 +32,9 @@ class DecodingState:
     done: torch.Tensor = field(default=None)  # (B,) bool
     generated: torch.Tensor = field(default=None)  # (B,) new tokens committed
     round: int = 0
+    # the adaptive policy's stop for this round's chain (engine/policy.py AdaptivePolicy.gate): a drafted token is
+    # kept while the active rows' mean cumulative draft probability stays at or above it (None: no gate)
+    draft_gate: float | None = None
 
     @classmethod
     def create(cls, input_ids: torch.Tensor, pad: torch.Tensor, capacity: int, pad_token_id: int, max_new_tokens: int):

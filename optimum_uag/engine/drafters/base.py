@@ -48,14 +48,29 @@ class Drafter:
 
 
 def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tensor,
-               threshold: float | None, done: torch.Tensor) -> tuple[torch.Tensor, list]:
+               threshold: float | None, done: torch.Tensor, gate: float | None = None) -> tuple[torch.Tensor, list]:
     """Draft up to k tokens autoregressively from the first next-token logits (B, V).
 
     pick(logits) -> (token, distribution or None, confidence or None); positions: (B,) slot of the first new
-    token. Stops early when every active row's confidence is below `threshold` (the "confidence" schedule)."""
+    token. Stops early when every active row's confidence is below `threshold` (the "confidence" schedule). With
+    `gate` (the adaptive policy's, a chain's rounds), a token after the first is kept only while the active rows'
+    mean cumulative draft probability (the chance the verify accepts it, for a calibrated draft) is at least
+    `gate`: at batch > 1 one wide verify serves every row, so a position pays by the rows likely to reach it. The
+    stop depends on the draft's own outputs only, so greedy stays exact and sampling lossless."""
     tokens, dists = [], []
+    cumulative = None
     for i in range(k):
         token, dist, conf = pick(logits)
+        if gate is not None:
+            # the token's draft probability: from the sampled distribution, or (greedy; a distribution over a
+            # sub-vocabulary, TLI) the raw logits'
+            full = dist if dist is not None and dist.shape[-1] == logits.shape[-1] else torch.softmax(logits.float(), -1)
+            prob = full.gather(-1, token[:, None])[:, 0]
+            cumulative = prob.float() if cumulative is None else cumulative * prob.float()
+            if i > 0:
+                live = ~done
+                if bool((cumulative * live).sum() < gate * live.sum().clamp_min(1)):
+                    break  # (one host read per drafted token: eager backends, where the adaptive policy runs)
         tokens.append(token)
         dists.append(dist)
         if i + 1 == k:

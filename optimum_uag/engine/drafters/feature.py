@@ -157,7 +157,7 @@ class FeatureDrafter(Drafter):
             return self._propose_tree(state, self.tree, branch)
         pick = Picker(state, self.vocab_size, self.sampler, self.processors)
         tokens, dists = draft_loop(self, self._logits(self.last)[:, -1], k, pick, state.length, self.threshold,
-                                   state.done)
+                                   state.done, state.draft_gate)
         return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
 
     def _draft_logprobs(self, hidden: torch.Tensor) -> torch.Tensor:

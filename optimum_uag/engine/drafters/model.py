@@ -42,7 +42,8 @@ class ModelDrafter(Drafter):
         self.unread = 0
         logits = self.runner.forward(state.window(start, width), start, logits_to_keep=1)[:, -1]
         pick = Picker(state, self.vocab_size, self.sampler, self.processors)
-        tokens, dists = draft_loop(self.runner, logits, k, pick, state.length, self.threshold, state.done)
+        tokens, dists = draft_loop(self.runner, logits, k, pick, state.length, self.threshold, state.done,
+                                   state.draft_gate)
         return Proposal(tokens=tokens, probs=torch.stack(dists, 1) if dists[0] is not None else None)
 
     def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:

@@ -151,7 +151,8 @@ class UniversalDrafter(Drafter):
         logits = self._catch_up()
         base = torch.tensor(self.length, device=self.tokens.device)
         pick = self._sample_in_intersection if self.tli is not None else self.sampler
-        drafted, dists = draft_loop(self.runner, logits, k, pick, base, self.threshold, state.done)
+        drafted, dists = draft_loop(self.runner, logits, k, pick, base, self.threshold, state.done,
+                                     state.draft_gate)
         self.tokens.scatter_(1, base[:, None] + torch.arange(drafted.shape[1], device=base.device), drafted)
         self.processed = [ln + drafted.shape[1] - 1 for ln in self.length]
         t0 = time.perf_counter()
