@@ -11,8 +11,8 @@ each ratio is the median over the repeats of that repeat's ratio (this CPU drift
                verify columns), a wide tree (5, 4, 16) (EAGLE-2's comparison), the distilled same-tokenizer draft
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
-  chat@4       batch 4: the default (an adaptive chain at batch > 1 on a CPU, no default n-grams), the tree
-               forced, a fixed chain of one token
+  chat@4       batch 4: the default (an adaptive chain at batch > 1 on a CPU, no default n-grams, cut per round by
+               the rows' draft probabilities), the tree forced, fixed chains of one and two tokens
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
 
@@ -194,6 +194,8 @@ def main():
         "chat@4": (chat, 4, greedy, {"head default (batch > 1 on CPU: adaptive chain)": ours(head, greedy),
                                      "head tree + lookup branch (draft_tree=True)": ours(head, greedy, draft_tree=True),
                                      "head chain K=1, no lookup": ours(head, greedy, num_assistant_tokens=1,
+                                                                      prompt_lookup_num_tokens=0),
+                                     "head chain K=2, no lookup": ours(head, greedy, num_assistant_tokens=2,
                                                                       prompt_lookup_num_tokens=0)}),
         "uag@1": (chat, 1, greedy, {
             "transformers UAG K=5": lambda enc, m: target.generate(
@@ -224,6 +226,8 @@ def main():
                 r["optimum-uag UAG K=5"]["tokens_per_s"] / r["transformers UAG K=5"]["tokens_per_s"])
     cost = head_cost(target, head)
     curve = verify_cost(target, (1, 2, 4, 6, 9, 12, 17, 25, 33))
+    # batch 4: W tokens per row (a chain of W - 1 drafted tokens), what a chat@4 round verifies
+    curve4 = verify_cost(target, (1, 2, 3, 4, 5), batch=4) if "batch4" not in skip else None
     print(f"\nSmolLM2-135M-Instruct fp32 eager, {args.prompts} prompts, {n} new tokens, {args.repeats} repeats; head "
           f"step {cost['head_step_ms']:.2f} ms = {cost['ratio']:.3f} of a 1-token target forward; verify cost "
           + ", ".join(f"W={w}: {c:.2f}" for w, c in curve["relative"].items()))
@@ -240,6 +244,7 @@ def main():
     summary = {"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct", "dtype": "float32", "cpu": cpu,
                "prompts": args.prompts, "max_new_tokens": n, "repeats": args.repeats, "lookup": args.lookup,
                "head": args.head or "smollm2_head (shipped)", "head_cost": cost, "verify_cost": curve,
+               **({"verify_cost_batch4": curve4} if curve4 else {}),
                "command": "python benchmarks/bench_feature_head.py --output benchmarks/results/feature_head.json",
                "groups": results, **({"notes": notes} if notes else {})}
     if args.output:

@@ -20,7 +20,11 @@ token accepted it would lose: then probes come only every 32 rounds); then a dra
 without one (with the K the estimates favour, the cheapest when the draft is costly), so prompt-lookup matches or a
 passage the draft knows bring it back (drafting resumes once its expected rate exceeds the rate without it). The
 first drafting round after rounds without a draft is not timed (its acceptance counts): it also runs the draft
-over the tokens committed meanwhile, a cost of having stopped, not of drafting. While
+over the tokens committed meanwhile, a cost of having stopped, not of drafting. s is priced against the current
+t0 (a refreshed t0 re-prices every past drafting round). Inside a drafting round a chain is cut by a gate: a token
+after the first is verified only while the active rows' mean cumulative draft probability is at least what one more
+token costs at the best chain's rate (gate()); K is then the gate's ceiling. At batch > 1 one verify serves every
+row, so a position pays by the rows likely to reach it: a fixed K must be short for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
 option against no draft, its tokens and time per round measured as they come.
 
