@@ -12,7 +12,8 @@ each ratio is the median over the repeats of that repeat's ratio (this CPU drift
   grounded@1   held-out input-grounded requests: prompt lookup alone, the default
   sample@1     chat, sampling T=0.7: the default (a tree, sampled at every node) vs the prepacked sampling control
   chat@4       batch 4: the default (an adaptive chain at batch > 1 on a CPU, no default n-grams, cut per round by
-               the rows' draft probabilities), the tree forced, fixed chains of one and two tokens
+               the rows' draft probabilities), the tree forced, fixed chains of one and two tokens, the adaptive
+               chain with its gate off
   uag@1        the cross-tokenizer draft: transformers' UAG vs optimum-uag's on the same pair, both K=5 constant
                (transformers' K set on assistant_model.generation_config, where it reads it)
 
@@ -168,6 +169,18 @@ def main():
         return lambda enc, m: assisted_generate(target, draft, enc["input_ids"], enc["attention_mask"],
                                                 max_new_tokens=m, **options, **gen)
 
+    def without_gate(fn):  # the adaptive chain with its gate (AdaptivePolicy.gate) off: K 2 past the best fixed one
+        from optimum_uag.engine.policy import AdaptivePolicy
+
+        def run(enc, m):
+            gate = AdaptivePolicy.gate
+            AdaptivePolicy.gate = lambda self: None
+            try:
+                return fn(enc, m)
+            finally:
+                AdaptivePolicy.gate = gate
+        return run
+
     def baselines(gen):
         return {"target-only": target_only(gen), "target-only prepacked": target_only_packed(gen)}
 
@@ -196,7 +209,8 @@ def main():
                                      "head chain K=1, no lookup": ours(head, greedy, num_assistant_tokens=1,
                                                                       prompt_lookup_num_tokens=0),
                                      "head chain K=2, no lookup": ours(head, greedy, num_assistant_tokens=2,
-                                                                      prompt_lookup_num_tokens=0)}),
+                                                                      prompt_lookup_num_tokens=0),
+                                     "head adaptive chain, gate off": without_gate(ours(head, greedy))}),
         "uag@1": (chat, 1, greedy, {
             "transformers UAG K=5": lambda enc, m: target.generate(
                 **enc, max_new_tokens=m, assistant_model=hf_cross, tokenizer=tok, assistant_tokenizer=ctok, **greedy),

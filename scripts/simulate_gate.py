@@ -5,8 +5,9 @@ Per held-out answer position: the head's top-1 probability and whether it agrees
 steps 1..3 (teacher-forced, as training/feature.py evaluate_head). Each simulated round draws `batch` positions;
 its cost, relative to a round without a draft, is `overhead` + `head` per head step + the verify of K + 1 tokens per
 row over one, read from benchmarks/results/feature_head.json: "verify_cost_batch4" (batch 4, W tokens per row) where
-the benchmark measured it, else "verify_cost" (one row of n tokens, a proxy for batch x (K + 1)). Timings drift slowly (a sine, `--drift`) and jitter per
-round, as this CPU does; the policy sees them, the rate is counted without them.
+the benchmark measured it, else "verify_cost" (one row of n tokens, a proxy for batch x (K + 1)). Timings drift
+slowly (a sine, 25%) and jitter per round (8%), as this CPU does; the policy sees them, the rate is counted without
+them.
 
     python scripts/simulate_gate.py --features W7/features/eval --head optimum_uag/models/smollm2_head
 
@@ -57,7 +58,7 @@ def positions(features: str, head_path: str, steps: int = 3):
 
 
 def simulate(P, OK, verify, *, batch=4, overhead=0.16, head=0.06, drift=0.25, jitter=0.08, rounds=400, seed=0,
-             fixed=None, gate=True):
+             fixed=None, gate=True, lookahead=True):
     """Tokens per round-without-a-draft's time; share of rounds without a draft; mean drafted length."""
     steps = len(P[0])
     rng = random.Random(seed)
@@ -73,6 +74,9 @@ def simulate(P, OK, verify, *, batch=4, overhead=0.16, head=0.06, drift=0.25, ji
         if k > 0:
             cumulative = [1.0] * batch
             for j in range(min(k, steps)):
+                if j > 0 and cut is not None and lookahead and \
+                        sum(c * P[row][j - 1] for c, row in zip(cumulative, rows)) / batch < cut:
+                    break  # (draft_loop: the next step is not run when its token would likely be cut)
                 heads += 1
                 cumulative = [c * P[row][j] for c, row in zip(cumulative, rows)]
                 if j > 0 and cut is not None and sum(cumulative) / batch < cut:

@@ -205,7 +205,10 @@ def test_draft_loop_keeps_a_token_while_the_rows_mean_cumulative_probability_rea
     from optimum_uag.engine.drafters.base import draft_loop
 
     class Runner:  # the next logits: row 0 sure of token 1 (p ~ 1), row 1 unsure (p ~ 0.34 over 3 tokens)
+        calls = 0
+
         def forward(self, token, positions, logits_to_keep=1):
+            Runner.calls += 1
             return _logits()[:, None]
 
     def _logits():
@@ -213,12 +216,17 @@ def test_draft_loop_keeps_a_token_while_the_rows_mean_cumulative_probability_rea
 
     pick = lambda logits: (logits.argmax(-1), None, None)  # noqa: E731
     done = torch.tensor([False, False])
-    run = lambda gate, done=done: draft_loop(Runner(), _logits(), 4, pick, torch.tensor([5, 5]), None, done, gate)[0]  # noqa: E731
+    def run(gate, done=done):
+        return draft_loop(Runner(), _logits(), 4, pick, torch.tensor([5, 5]), None, done, gate)[0]
     assert run(None).shape[1] == 4
     # cumulative means: (1 + 1/3) / 2 = 0.67, (1 + 1/9) / 2 = 0.56, (1 + 1/27) / 2 = 0.52
     assert run(0.6).shape[1] == 1 and run(0.55).shape[1] == 2 and run(0.5).shape[1] == 4
     assert run(0.99).shape[1] == 1  # the first token is always drafted (the policy chose to draft)
     assert run(0.99, torch.tensor([False, True])).shape[1] == 4  # an ended row does not count
+    # the step whose token the gate would likely cut is not run: the next token's chance is read from the last one's
+    Runner.calls = 0
+    assert run(0.6).shape[1] == 1 and Runner.calls == 0
+    assert run(0.55).shape[1] == 2 and Runner.calls == 1
 
 
 # ------------------------------------------------------------------------- exactness under any choice
@@ -362,3 +370,46 @@ def test_cost_prior_counts_what_a_token_multiplies():
     big, small = tiny_llama(64, 0, layers=4, hidden=64), tiny_llama(64, 1, layers=1, hidden=16)
     assert 0 < cost_prior(big, small) < 0.2 and cost_prior(small, big) > 5
     assert cost_prior(big, None) == 0.0
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_the_heads_catch_up_as_wide_as_the_last_round_drafts_what_the_fixed_width_drafts(
+        forced, embedded, prompts, monkeypatch, tree):
+    """Under the adaptive policy the head's catch-up block is as wide as the last drafting round committed (1-4 of
+    its 9 positions), also after rounds without a draft and lookup rounds: every round's draft is the one the fixed
+    9-wide block gives (a pair left out would change the head's features, and its drafts), at batch 2."""
+    from optimum_uag.engine.drafters.feature import FeatureDrafter
+
+    target, tok = embedded["target"]
+    head = make_head(target, 300)
+    ids, mask = batch(tok, [prompts[2], prompts[6][:60]])
+    original, propose = FeatureDrafter._catch_up, FeatureDrafter.propose
+
+    def run(fixed_width: bool):
+        drafts = []
+
+        def catch_up(self, state):
+            kept = state.round_max_new
+            if fixed_width:
+                state.round_max_new = None
+            original(self, state)
+            state.round_max_new = kept
+
+        def record(self, state, k, branch=None):
+            out = propose(self, state, k, branch)
+            drafts.append(out.tokens.clone())
+            return out
+
+        monkeypatch.setattr(FeatureDrafter, "_catch_up", catch_up)
+        monkeypatch.setattr(FeatureDrafter, "propose", record)
+        out = assisted_generate(target, head, ids, mask, max_new_tokens=40, draft_policy="adaptive",
+                                draft_tree=tree, prompt_lookup_num_tokens=3)
+        return out, drafts
+
+    narrow, narrow_drafts = run(False)
+    wide, wide_drafts = run(True)
+    assert torch.equal(narrow.sequences, wide.sequences)
+    assert torch.equal(narrow.sequences, reference(target, ids, mask, 40, tok))
+    assert len(narrow_drafts) == len(wide_drafts) > 5
+    assert all(torch.equal(a, b) for a, b in zip(narrow_drafts, wide_drafts))
+    assert narrow.metrics.accepted_tokens > 0

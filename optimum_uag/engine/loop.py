@@ -216,8 +216,10 @@ class _Call:
             first = state.round == 0
             all_done = self._observe(metrics, state, proposal, verdict, n_new, active, finite,
                                      (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3), k)
-            if policy is not None and not first:
-                policy.observe(k, time.perf_counter() - t0, *self.round_stats)
+            if policy is not None:
+                state.round_max_new = int(self.round_tokens)  # (eager: drafters catch up on what was committed)
+                if not first:
+                    policy.observe(k, time.perf_counter() - t0, *self.round_stats)
             schedule.update(self.all_accepted)
             if rounds is not None:
                 rounds.step(self.round_tokens)

@@ -25,8 +25,9 @@ t0 (a refreshed t0 re-prices every past drafting round). Inside a drafting round
 after the first is verified only while the active rows' mean cumulative draft probability is at least what one more
 token costs at the best chain's rate (gate()); K is then the gate's ceiling. At batch > 1 one verify serves every
 row, so a position pays by the rows likely to reach it: a fixed K must be short for the unsure rows. While
-drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft tree (a feature head's default) is one
-option against no draft, its tokens and time per round measured as they come.
+drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft
+tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
+come.
 
 Greedy output stays exactly the target's and sampling stays lossless whatever the choices: each round's K is fixed
 before that round's draws, and a round without a draft is the target's own decoding step.

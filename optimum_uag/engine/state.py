@@ -35,6 +35,9 @@ class DecodingState:
     # the adaptive policy's stop for this round's chain (engine/policy.py AdaptivePolicy.gate): a drafted token is
     # kept while the active rows' mean cumulative draft probability stays at or above it (None: no gate)
     draft_gate: float | None = None
+    # the most tokens a row committed in the last round, read in that round's one host sync; set by the loop on eager
+    # backends under the adaptive policy, whose rounds draft any length (None: drafters catch up at their fixed width)
+    round_max_new: int | None = None
 
     @classmethod
     def create(cls, input_ids: torch.Tensor, pad: torch.Tensor, capacity: int, pad_token_id: int, max_new_tokens: int):

@@ -56,19 +56,25 @@ def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tens
     `gate` (the adaptive policy's, a chain's rounds), a token after the first is kept only while the active rows'
     mean cumulative draft probability (the chance the verify accepts it, for a calibrated draft) is at least
     `gate`: at batch > 1 one wide verify serves every row, so a position pays by the rows likely to reach it. The
-    stop depends on the draft's own outputs only, so greedy stays exact and sampling lossless."""
+    next step is not even run when the cumulative probability times the last token's (its likely successor's
+    chance) falls below `gate`. The stop depends on the draft's own outputs only, so greedy stays exact and
+    sampling lossless."""
     tokens, dists = [], []
-    cumulative = None
+    cumulative = live = None
     for i in range(k):
         token, dist, conf = pick(logits)
         if gate is not None:
             # the token's draft probability: from the sampled distribution, or (greedy; a distribution over a
-            # sub-vocabulary, TLI) the raw logits'
-            full = dist if dist is not None and dist.shape[-1] == logits.shape[-1] else torch.softmax(logits.float(), -1)
-            prob = full.gather(-1, token[:, None])[:, 0]
-            cumulative = prob.float() if cumulative is None else cumulative * prob.float()
-            if i > 0:
-                live = ~done
+            # sub-vocabulary, TLI) from the raw logits (one logsumexp: no full softmax written)
+            if dist is not None and dist.shape[-1] == logits.shape[-1]:
+                prob = dist.gather(-1, token[:, None])[:, 0].float()
+            else:
+                scores = logits.float()
+                prob = (scores.gather(-1, token[:, None])[:, 0] - torch.logsumexp(scores, -1)).exp()
+            if cumulative is None:
+                cumulative, live = prob, (~done).float()
+            else:
+                cumulative = cumulative * prob
                 if bool((cumulative * live).sum() < gate * live.sum().clamp_min(1)):
                     break  # (one host read per drafted token: eager backends, where the adaptive policy runs)
         tokens.append(token)
@@ -77,6 +83,8 @@ def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tens
             break
         if threshold is not None and bool(((conf < threshold) | done).all()):
             break
+        if gate is not None and bool((cumulative * prob * live).sum() < gate * live.sum().clamp_min(1)):
+            break  # the next token would likely be cut (its chance read from this one's): its step is not run
         logits = runner.forward(token[:, None], positions + i, logits_to_keep=1)[:, -1]
     return torch.stack(tokens, 1), dists
 

@@ -97,6 +97,7 @@ class FeatureDrafter(Drafter):
         self.synced = torch.zeros_like(state.length)  # first slot whose true pair is not in the head's cache
         self.first = True  # the first catch-up writes the prompt's pairs
         self.unread = 0  # rounds without a draft since the last catch-up (one more pair per row each)
+        self.pending: int | None = None  # new pairs of the last drafting round before those (adaptive, eager)
         self.vocab_size, self.sampler, self.threshold = vocab_size, sampler, confidence_threshold
         self.processors = processors
         self.last = None  # the head's latest output (B, 1, H): the feature of the next draft step
@@ -131,9 +132,14 @@ class FeatureDrafter(Drafter):
 
     def _catch_up(self, state: DecodingState) -> None:
         """Write the pairs of true features not yet in the head's cache; leave the output at the last one. One block
-        of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap."""
-        width = (state.prompt_len if self.first else self.width) + self.unread  # no host sync
-        width = width if width == self.width else _bucket(width)  # the prompt's, or after rounds without a draft
+        of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap. Under
+        the adaptive policy (eager backends) the block is as wide as the last drafting round committed: its fixed
+        width there is the longest chain's (9), a head step over 9 positions a row where 1-3 are new."""
+        if not self.first and state.round_max_new is not None:  # (host ints: the loop read them in its round sync)
+            width = min(self.width, max(1, self.pending if self.unread else state.round_max_new)) + self.unread
+        else:
+            width = (state.prompt_len if self.first else self.width) + self.unread  # no host sync
+            width = width if width == self.width else _bucket(width)  # the prompt's, or after rounds without a draft
         self.first, self.unread = False, 0
         slots = self.synced[:, None] + torch.arange(width, device=self.synced.device)
         slots = slots.clamp_max(self.columns - 1)
@@ -273,6 +279,8 @@ class FeatureDrafter(Drafter):
     def skipped(self, state: DecodingState, verdict, n_new: torch.Tensor) -> None:
         """The round's features (of the target's own token) are kept; the next catch-up writes its pair."""
         self.commit(state, None, verdict, n_new)
+        if self.unread == 0:  # the pairs still to write from the last drafting round (its count, where known)
+            self.pending = state.round_max_new
         self.unread += 1
 
     def stats(self) -> DraftStats:
