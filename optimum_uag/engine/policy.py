@@ -50,9 +50,9 @@ PROBE_ROUNDS = 2  # drafting rounds per probe
 OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
 CATCH_UP = 2  # rounds without a draft after which the next drafting round's time is the draft's catch-up's
 GATE_REACH = 2  # a chain's K past the best fixed length, for the gate to cut (gate())
-# the share of a drafted token's measured cost still ahead when the gate judges it (its verify width, not its draft
-# step). SmolLM2 + its head at batch 4, simulated on the head's held-out probabilities and a cost model of this
-# CPU (scripts/simulate_gate.py): 0.5-0.6 best (1.22x), 1.0 1.20x, no gate 1.20x, fixed K=1 1.21x
+# the share of a drafted token's measured cost (draft step + verify width) still ahead when the gate judges it: its
+# draft step has run. SmolLM2 + its head, chat at batch 4 (benchmarks/results/batch4_policy.json): the adaptive chain
+# with the gate 1.11-1.16x the fastest target-only path in four runs, with it off 0.99-1.05x in three (K 2 past the best)
 GATE_SHARE = 0.6
 GATE_MAX = 0.9  # the gate never asks more of a token than this cumulative draft probability
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
