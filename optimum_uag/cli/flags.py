@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num_assistant_tokens_schedule", choices=["constant", "heuristic", "confidence"], default="constant")
     p.add_argument("--draft_policy", choices=["auto", "adaptive", "fixed"], default="auto",
                    help="draft length per round: adaptive = chosen from the measured draft cost and acceptance, "
-                        "no draft where drafting does not pay (auto: adaptive unless --num_assistant_tokens or a "
-                        "schedule is given; eager CPU/CUDA); fixed = K every round")
+                        "no draft where drafting does not pay, a chain cut per round where the rows' draft "
+                        "probabilities say the next token does not pay (auto: adaptive unless --num_assistant_tokens "
+                        "or a schedule is given; eager CPU/CUDA); fixed = K every round")
     p.add_argument("--draft_tree", choices=["auto", "on", "off"], default="auto",
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
                         "given (a chain for batches on a CPU); off drafts a chain of K; a `--tree_*` flag asks for a "
