@@ -214,7 +214,9 @@ def test_draft_loop_keeps_a_token_while_the_rows_mean_cumulative_probability_rea
     def _logits():
         return torch.tensor([[30.0, 40.0, 0.0], [1.0, 1.0, 1.0 + 1e-3]])
 
-    pick = lambda logits: (logits.argmax(-1), None, None)  # noqa: E731
+    from optimum_uag.engine.sampling import TokenSampler
+
+    pick = TokenSampler(None, need_confidence=True)  # greedy, with each token's draft probability
     done = torch.tensor([False, False])
     def run(gate, done=done):
         return draft_loop(Runner(), _logits(), 4, pick, torch.tensor([5, 5]), None, done, gate)[0]

@@ -156,7 +156,8 @@ class _Call:
                                                                       cfg.max_draft_tokens) + 2
         self.state = DecodingState.create(input_ids, self.pad, self.capacity, cfg.pad_token_id, cfg.max_new_tokens)
         self.warper = LogitsWarper(cfg.temperature, cfg.top_k, cfg.top_p) if cfg.do_sample else None
-        self.sampler = TokenSampler(self.warper, need_confidence=cfg.schedule == "confidence")
+        # each draft token's probability: the "confidence" schedule's stop, the adaptive policy's gate (draft_loop)
+        self.sampler = TokenSampler(self.warper, need_confidence=cfg.schedule == "confidence" or cfg.adaptive)
         self.scorer = scorer  # the target's logits processors, applied per verified position
         self.all_accepted = False
         self.round_stats = (0, 0, None)  # tokens committed, active rows, accepted-count histogram of the last round

@@ -43,7 +43,8 @@ class TokenSampler:
         """(token (B,), its distribution (B, V) when sampling, the token's probability when needed)."""
         if self.warper is None:
             token = logits.argmax(-1)
-            conf = torch.softmax(logits, -1).max(-1).values if self.need_confidence else None
+            # the argmax's probability: one logsumexp (no full softmax written)
+            conf = (logits.max(-1).values - torch.logsumexp(logits, -1)).exp() if self.need_confidence else None
             return token, None, conf
         probs = self.warper.probs(logits)
         token = torch.multinomial(probs, 1).squeeze(-1)

@@ -51,26 +51,20 @@ def draft_loop(runner, logits: torch.Tensor, k: int, pick, positions: torch.Tens
                threshold: float | None, done: torch.Tensor, gate: float | None = None) -> tuple[torch.Tensor, list]:
     """Draft up to k tokens autoregressively from the first next-token logits (B, V).
 
-    pick(logits) -> (token, distribution or None, confidence or None); positions: (B,) slot of the first new
-    token. Stops early when every active row's confidence is below `threshold` (the "confidence" schedule). With
-    `gate` (the adaptive policy's, a chain's rounds), a token after the first is kept only while the active rows'
-    mean cumulative draft probability (the chance the verify accepts it, for a calibrated draft) is at least
-    `gate`: at batch > 1 one wide verify serves every row, so a position pays by the rows likely to reach it. The
-    next step is not even run when the cumulative probability times the last token's (its likely successor's
-    chance) falls below `gate`. The stop depends on the draft's own outputs only, so greedy stays exact and
-    sampling lossless."""
+    pick(logits) -> (token, distribution or None, confidence: the token's draft probability, or None); positions:
+    (B,) slot of the first new token. Stops early when every active row's confidence is below `threshold` (the
+    "confidence" schedule). With `gate` (the adaptive policy's, a chain's rounds; pick gives confidences), a token
+    after the first is kept only while the active rows' mean cumulative draft probability (the chance the verify
+    accepts it, for a calibrated draft) is at least `gate`: at batch > 1 one wide verify serves every row, so a
+    position pays by the rows likely to reach it. The next step is not even run when the cumulative probability
+    times the last token's (its likely successor's chance) falls below `gate`. The stop depends on the draft's own
+    outputs only, so greedy stays exact and sampling lossless."""
     tokens, dists = [], []
     cumulative = live = None
     for i in range(k):
         token, dist, conf = pick(logits)
         if gate is not None:
-            # the token's draft probability: from the sampled distribution, or (greedy; a distribution over a
-            # sub-vocabulary, TLI) from the raw logits (one logsumexp: no full softmax written)
-            if dist is not None and dist.shape[-1] == logits.shape[-1]:
-                prob = dist.gather(-1, token[:, None])[:, 0].float()
-            else:
-                scores = logits.float()
-                prob = (scores.gather(-1, token[:, None])[:, 0] - torch.logsumexp(scores, -1)).exp()
+            prob = conf.float()
             if cumulative is None:
                 cumulative, live = prob, (~done).float()
             else:

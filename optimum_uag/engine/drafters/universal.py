@@ -166,7 +166,7 @@ class UniversalDrafter(Drafter):
         mass = probs.sum(-1, keepdim=True)
         probs = torch.where(mass > 0, probs / mass.clamp_min(1e-30), torch.full_like(probs, 1.0 / probs.shape[-1]))
         pick = torch.multinomial(probs, 1).squeeze(-1)
-        conf = probs.gather(-1, pick[:, None]).squeeze(-1) if self.threshold is not None else None
+        conf = probs.gather(-1, pick[:, None]).squeeze(-1) if self.sampler.need_confidence else None
         return self.tli.draft_ids[pick], probs, conf
 
     # -------------------------------------------------------------------------------------- translate
