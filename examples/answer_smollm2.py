@@ -70,10 +70,12 @@ def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--pool", choices=["head", "head_extra", "head_wave4", "head_wave5", "distill"], default="head",
+    parser.add_argument("--pool", choices=["head", "head_extra", "head_wave4", "head_wave5", "head_wave6", "head_rephrase",
+                                                 "distill"], default="head",
                         help="head: prompt_sets.head_training_prompts(); head_extra: head_extra_prompts() (the third "
                              "wave of items, stage 7); head_wave4 / head_wave5: head_wave4_prompts() / "
-                             "head_wave5_prompts() (the fourth and fifth, stage 8); "
+                             "head_wave5_prompts() (the fourth and fifth, stage 8); head_wave6 / head_rephrase: "
+                             "head_wave6_prompts() / head_rephrase_prompts() (stage 10); "
                              "distill: training_chat_prompts()")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--batch", type=int, default=32)
@@ -86,14 +88,16 @@ def main() -> None:
         parser.error(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
     torch.set_num_threads(args.threads)
     from optimum_uag.models.prompt_sets import (head_extra_prompts, head_training_prompts, head_wave4_prompts,
-                                                head_wave5_prompts, training_chat_prompts)
+                                                head_rephrase_prompts, head_wave5_prompts, head_wave6_prompts,
+                                                training_chat_prompts)
     from optimum_uag.runners.packed import packed_weights
 
     model, tok, end = load_smollm2()
     out = Path(args.output)
     done = answered(out)
     pool = {"head": head_training_prompts, "head_extra": head_extra_prompts, "head_wave4": head_wave4_prompts,
-            "head_wave5": head_wave5_prompts, "distill": training_chat_prompts}[args.pool]()
+            "head_wave5": head_wave5_prompts, "head_wave6": head_wave6_prompts,
+            "head_rephrase": head_rephrase_prompts, "distill": training_chat_prompts}[args.pool]()
     todo = sorted((p for p in pool if p not in done), key=lambda p: len(tok(p)["input_ids"]))
     print(f"[answers] {len(done)} answered before, {len(todo)} to answer", flush=True)
     t0, kept, answer_tokens = time.time(), 0, 0

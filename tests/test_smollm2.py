@@ -44,14 +44,16 @@ def test_the_head_training_pool_shares_no_item_with_the_held_out_sets():
         assert item not in text, item
 
 
-@pytest.mark.parametrize("wave", ["MORE", "WAVE4", "WAVE5"])
+@pytest.mark.parametrize("wave", ["MORE", "WAVE4", "WAVE5", "WAVE6"])
 def test_each_new_wave_is_new_and_shares_no_item_with_the_held_out_sets(wave):
     """head_extra_prompts() (stage 7's requests, MORE_*), head_wave4_prompts() and head_wave5_prompts() (stage 8's,
-    WAVE4_* / WAVE5_*): the same families over items in no earlier pool nor the held-out sets."""
+    WAVE4_* / WAVE5_*), head_wave6_prompts() (stage 10's, WAVE6_*): the same families over items in no earlier pool
+    nor the held-out sets."""
     from optimum_uag.models import prompt_sets as ps
 
-    pools = [ps.head_training_prompts, ps.head_extra_prompts, ps.head_wave4_prompts, ps.head_wave5_prompts]
-    waves = ["", "MORE", "WAVE4", "WAVE5"]
+    pools = [ps.head_training_prompts, ps.head_extra_prompts, ps.head_wave4_prompts, ps.head_wave5_prompts,
+             ps.head_wave6_prompts]
+    waves = ["", "MORE", "WAVE4", "WAVE5", "WAVE6"]
     prompts = pools[waves.index(wave)]()
     earlier = {p for pool in pools[: waves.index(wave)] for p in pool()}
     assert len(prompts) > 1000 and len(set(prompts)) == len(prompts)
@@ -70,6 +72,25 @@ def test_each_new_wave_is_new_and_shares_no_item_with_the_held_out_sets(wave):
     for item in ps.HELDOUT_CODE_TASKS + ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS:
         assert item not in text, item
 
+
+
+def test_the_rephrased_pool_asks_about_earlier_concepts_in_new_ways_only():
+    """head_rephrase_prompts() (stage 10): earlier concepts under templates no pool used; no request of an earlier
+    pool or the held-out sets, and no held-out item."""
+    from optimum_uag.models import prompt_sets as ps
+
+    prompts = ps.head_rephrase_prompts()
+    assert len(prompts) > 1000 and len(set(prompts)) == len(prompts)
+    earlier = {p for pool in (ps.head_training_prompts, ps.head_extra_prompts, ps.head_wave4_prompts,
+                              ps.head_wave5_prompts, ps.head_wave6_prompts) for p in pool()}
+    assert not set(prompts) & earlier
+    assert not set(prompts) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
+    templates = ps.REPHRASE_TEMPLATES + ps.REPHRASE_WRITING_TEMPLATES
+    assert not set(templates) & set(ps.CONCEPT_TEMPLATES)
+    assert all(any(p.startswith(t.split("{}")[0]) for t in templates) for p in prompts)
+    text = "\n".join(prompts)
+    for item in ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS + ps.HELDOUT_WRITING:
+        assert item not in text, item
 
 def test_chat_prompts_stays_a_function_after_the_prompt_module_is_imported():
     """Its submodule was once named chat_prompts too: importing it replaced the package's function by the module

@@ -880,3 +880,233 @@ def head_wave5_prompts(seed: int = 0) -> list[str]:
     (`head_training_prompts()`, `head_extra_prompts()`, `head_wave4_prompts()`) nor the held-out sets."""
     return _wave("WAVE5", random.Random(seed + 9), [head_training_prompts(seed), head_extra_prompts(seed),
                                                      head_wave4_prompts(seed)])
+
+
+# Other phrasings (stage 10): the earlier pools' concepts under request templates none of the pools used, and writing
+# requests about them; users ask in more ways than the four CONCEPT_TEMPLATES.
+REPHRASE_TEMPLATES = ["Describe {} in a few sentences.", "Tell me about {}.", "How would you explain {} to a friend?",
+                      "What are the most important facts about {}?"]
+REPHRASE_WRITING_TEMPLATES = ["Write a short poem about {}.", "Write a short story about {}.",
+                              "Write a short blog post about {}.", "Write a haiku about {}."]
+
+
+def head_rephrase_prompts(seed: int = 0) -> list[str]:
+    """Every earlier pool's concepts (CONCEPTS, WIDE_, MORE_, WAVE4_, WAVE5_) under two of REPHRASE_TEMPLATES and one
+    of REPHRASE_WRITING_TEMPLATES, drawn per concept; in no earlier pool nor the held-out sets."""
+    rng = random.Random(seed + 10)
+    concepts = CONCEPTS + WIDE_CONCEPTS + MORE_CONCEPTS + WAVE4_CONCEPTS + WAVE5_CONCEPTS
+    prompts = {t.format(c) for c in concepts for t in rng.sample(REPHRASE_TEMPLATES, 2)}
+    prompts |= {rng.choice(REPHRASE_WRITING_TEMPLATES).format(c) for c in concepts}
+    taken = set(heldout_chat_prompts()) | set(grounded_chat_prompts())
+    taken |= {p for pool in (head_training_prompts(seed), head_extra_prompts(seed), head_wave4_prompts(seed),
+                             head_wave5_prompts(seed)) for p in pool}
+    prompts = sorted(prompts - taken)
+    rng.shuffle(prompts)
+    return prompts
+
+
+# The sixth wave (stage 10): the same families over items in none of the lists above.
+WAVE6_CODE_TASKS = [
+    'checks whether a string contains any whitespace', 'returns the middle character of a string',
+    'returns the words of a sentence in reverse alphabetical order', 'checks whether a list contains only strings',
+    'returns the average of the odd numbers in a list', 'computes the cube of every number in a list',
+    'returns the numbers in a list that are greater than a threshold',
+    'converts a number of days into weeks and days', 'converts liters to gallons', 'converts inches to centimeters',
+    'computes the volume of a cylinder', 'computes the circumference of a circle',
+    'computes the hypotenuse of a right triangle', 'computes the slope of a line through two points',
+    'computes the midpoint of two points', 'solves a quadratic equation',
+    'computes the final grade from a list of weighted scores', 'converts a score out of 100 to a letter grade',
+    'computes the sales tax on a price', 'splits a bill evenly among friends',
+    'computes the total cost of the items in a shopping list', 'computes the number of minutes between two times',
+    'returns the name of the month for a month number', 'checks whether a date falls on a weekend',
+    'formats a date as day/month/year', 'counts the number of Mondays in a year',
+    'returns the season for a given month', 'computes the number of weeks until a date',
+    'checks whether a string is a valid hexadecimal number',
+    'checks whether a string is a valid time in HH:MM format', 'extracts the hashtags from a tweet',
+    'extracts all the email addresses from a text', 'counts the number of questions in a text',
+    'returns the longest sentence of a paragraph', 'capitalizes the first letter of every sentence',
+    'wraps a text into lines of at most n characters', 'centers a string in a field of a given width',
+    'removes the digits from a string', 'replaces multiple spaces with a single space',
+    'returns the acronym of a phrase', 'checks whether a word is an isogram',
+    'sorts the characters of a string alphabetically', 'returns the words that appear in both of two sentences',
+    'censors a list of banned words in a text', 'converts a string to alternating uppercase and lowercase letters',
+    'reverses every word in a sentence but keeps their order',
+    'checks whether a list of numbers forms an arithmetic sequence', 'returns the second smallest number in a list',
+    'finds the index of the smallest element of a list', 'removes every nth element from a list',
+    'pairs each element of a list with its index', 'splits a list at every occurrence of a given value',
+    'returns the elements of a list that are not in another list', 'counts the negative numbers in a list',
+    'replaces the negative numbers in a list with zero', 'creates an identity matrix of size n',
+    'returns the border elements of a matrix', 'returns the elements of a matrix in spiral order',
+    'multiplies every element of a matrix by a number', 'maps each word of a sentence to its length in a dictionary',
+    'returns the keys that two dictionaries have in common', 'renames a key in a dictionary',
+    'groups a list of numbers by their remainder modulo 3',
+    'finds the student with the highest grade in a dictionary', 'implements a class for a thermostat',
+    'implements a class for a music playlist', 'implements a class for a parking garage',
+    'implements a class for a library member who can borrow books', 'implements a countdown timer class',
+    'implements a class for a circle with area and perimeter', 'implements a class for a deck of cards',
+    'implements a simple voting system', 'checks a guessed letter in a game of hangman',
+    'implements a dice game for two players', 'implements a simple text-based menu',
+    'implements a quiz that asks three questions', 'implements binary search on a sorted list of strings',
+    'implements shell sort', 'implements a hash map with separate chaining', 'implements a doubly linked list',
+    'returns the middle node of a linked list', 'counts the leaves of a binary tree',
+    'checks whether two binary trees are identical', 'computes the number of ways to climb n stairs',
+    'computes the maximum profit from a single stock trade', 'reverses the digits of an integer',
+    'computes the sum of the cubes of the digits of a number',
+    'returns the largest number that can be formed from a list of digits',
+    'computes the n-th term of an arithmetic sequence', 'computes the percentage change between two numbers',
+    'counts the blank lines in a text file', 'reads a file and returns its lines without newline characters',
+    'adds a prefix to the names of all files in a folder', 'finds the largest file in a folder',
+    'deletes the empty lines of a file', 'writes a dictionary to a JSON file',
+    'converts a CSV file to a list of dictionaries', 'returns the column names of a CSV file',
+    'computes the average of a column in a CSV file', 'validates a hex color code',
+    'checks whether a string is a valid Python identifier', 'generates a random six-digit code',
+    'generates a list of n random numbers between 1 and 100', 'adds an ordinal suffix like 1st or 2nd to a number',
+    'converts a number of bytes to a human-readable size', 'evaluates a postfix expression',
+    'extracts the year from a date string', 'implements a decorator that prints the arguments of a function',
+    'implements a generator that yields the Fibonacci numbers', 'implements a context manager that measures time',
+]
+WAVE6_CONCEPTS = [
+    'mushrooms', 'cacti', 'bamboo', 'algae', 'jellyfish', 'octopuses', 'penguins', 'owls', 'bats', 'wolves', 'frogs',
+    'butterflies', 'camels', 'kangaroos', 'dinosaurs', 'metamorphosis', 'a food web', 'predators and prey',
+    'symbiosis', 'parasites', 'seed dispersal', 'germination', 'chlorophyll', 'the stomach', 'hiccups', 'yawning',
+    'sneezing', 'goosebumps', 'blood types', 'the pulse', 'blood pressure', 'cholesterol', 'carbohydrates', 'sunburn',
+    'sunscreen', 'first aid', 'clinical trials', 'anesthesia', 'an MRI scan', 'a stethoscope', 'eyeglasses',
+    'hearing aids', 'echoes', 'vibrations', 'reflection of light', 'refraction', 'a prism', 'shadows',
+    'surface tension', 'centripetal force', 'acceleration', 'velocity', 'voltage', 'electrical resistance',
+    'a circuit breaker', 'conductors and insulators', 'isotopes', 'half-life', 'combustion', 'a catalyst',
+    'the pH scale', 'alloys', 'polymers', "the Earth's core", 'geysers', 'caves', 'canyons', 'a river delta',
+    'waterfalls', 'sand dunes', 'the equator', 'the northern lights', 'meteors', 'sunspots', 'Jupiter',
+    "Saturn's rings", 'Venus', 'an orbit', 'a space probe', 'astronauts', 'exoplanets', 'a constellation',
+    'a supernova', 'day and night', 'a touchscreen', 'a printer', 'a router', 'fiber optic cables', 'a USB port',
+    'a motherboard', 'an SSD', 'a text editor', 'a syntax error', 'an exception in programming',
+    'a floating-point number', 'a module in Python', 'a package manager', 'a virtual environment', 'a terminal',
+    'a shell script', 'regular expressions', 'a REST API', 'a load balancer', 'latency', 'bandwidth', 'a primary key',
+    'a SQL join', 'public-key cryptography', 'a pull request', 'code review', 'continuous integration',
+    'a merge conflict', 'pseudocode', 'a flowchart', 'Unicode', 'image compression', 'a ZIP file', 'a receipt',
+    'a warranty', 'a debit card', 'an ATM', 'a passport', 'jet lag', 'volunteering', 'a resume', 'the minimum wage',
+    'a franchise', 'punctuation', 'a verb', 'an adjective', 'a metaphor', 'a thesaurus', 'long division', 'ratios',
+    'an equation', 'place value', 'a number line', 'a Venn diagram', 'the Stone Age', 'knights', 'castles', 'samurai',
+    'pirates', 'the Maya', 'Mesopotamia', 'the Mongol Empire', 'the Age of Exploration', 'the Enlightenment',
+    'the Berlin Wall', 'the European Union', 'the Red Cross', 'the Nobel Prize', 'the Titanic', 'jazz',
+    'an orchestra', 'opera', 'ballet', 'origami', 'calligraphy', 'a documentary', 'a triathlon', 'martial arts',
+    'surfing', 'cricket', 'yogurt', 'honey', 'vinegar', 'olive oil', 'ice cream', 'food preservation',
+]
+WAVE6_SENTENCES = [
+    'The plane lands at noon.', 'Could you pass me the salt, please?', 'We forgot to buy eggs.',
+    'The bus driver was very kind.', 'The office is on the fifth floor.', 'There is a bakery across the street.',
+    'My bike has a flat tire.', 'The tickets are sold out.', 'We are waiting for the taxi.',
+    'Please take off your shoes.', 'The coffee machine is broken.', 'I usually go to bed at eleven.',
+    'Our neighbors are very friendly.', 'The lesson was difficult but interesting.', 'I have never been to Asia.',
+    'The shop accepts cash only.', 'My father likes to fish on the weekend.', 'The apples are on sale today.',
+    'Can I try on this jacket?', 'The wind is very strong today.', 'We planted tomatoes in the garden.',
+    'He missed the last train home.', 'The doctor told me to rest.', 'How long does the trip take?',
+    'I left my wallet in the car.', 'Our classroom has big windows.', 'The pool is closed for cleaning.',
+    'Would you like some dessert?', 'She runs faster than her brother.', 'The printer is out of paper.',
+    'I will send you the photos tonight.', 'The mountains are covered with snow.',
+    'We celebrated my birthday at home.', 'Please keep the door closed.', 'My sister wants to become a lawyer.',
+    'The post office is next to the bank.', 'I am not feeling well today.', 'This bag is too heavy for me.',
+    'The festival starts on Saturday.', 'Do you know a good hairdresser?', 'The river is very wide here.',
+    'We need to fix the roof.', 'The waiter brought us the menu.', 'I ate too much cake.', "Let's take a break.",
+    'The elevator is not working.', 'My grandfather was a farmer.', 'The stars are bright tonight.',
+    'The children are laughing in the yard.', 'Our new neighbor plays the violin.',
+]
+WAVE6_LIST_THINGS = [
+    'ways to make a small room look bigger', 'famous jazz musicians', 'countries in the Middle East',
+    'benefits of gardening', 'famous astronomers', 'foods rich in omega-3', 'things to do in Tokyo',
+    'ideas for a class party', 'questions to ask a landlord', 'brass instruments', 'ways to support local businesses',
+    'dwarf planets', 'word games', 'uses of spreadsheets', 'tips for writing a short story',
+    'ways to stay organized at school', 'animals that live in the rainforest', 'adventure novels',
+    'cleaning products for the home', 'reasons to learn geography', 'winter sports', 'dynamic programming problems',
+    'famous photographers', 'creative hobbies', 'reasons to visit a national park', 'features of a good backpack',
+    'types of bridges', 'famous landmarks in Africa', 'ways to spend a lazy Sunday', 'foods rich in magnesium',
+    'tips for backing up your files', 'benefits of stretching', 'types of computer memory',
+    'ways to encourage kids to eat vegetables', 'tips for growing strawberries', 'ways to organize a bookshelf',
+    'inventions of ancient China', 'tips for learning chemistry', 'types of polygons', 'features of Rust',
+    'useful browser extensions', 'HTML tags for beginners', 'animals that live underground',
+    'tips for starting a new job', 'autumn activities for kids', 'things to see in a botanical garden',
+    'qualities of a good neighbor', 'tips for making presentation slides', 'dishes from India',
+    'islands in the Mediterranean', 'famous waterfalls', 'famous tennis players', 'exercises for the legs',
+    'ways to welcome a new classmate', 'drinks from around the world', 'ways to practice spelling',
+    'popular horse breeds', 'types of tea', 'signs that a plant needs water', 'tips for walking safely at night',
+    'ways to reuse old clothes', 'string methods in Python', 'common Python errors', 'useful spreadsheet functions',
+    'famous biologists', 'animals with stripes', 'tips for a first camping trip',
+    'ways to celebrate the end of the school year', 'types of sandwiches', 'safety rules in a science lab',
+    'parts of a flower', 'parts of a computer', 'ways to learn the multiplication tables', 'types of storms',
+    'tips for debugging code', 'design patterns in programming', 'types of databases',
+    'tips for writing a polite email', 'famous speeches in history', 'national parks in the United States',
+]
+WAVE6_JSON_ENTITIES = [
+    ('a bakery', 'name, city, specialty'), ('a backpack', 'brand, volume_l, price'),
+    ('a bus route', 'number, first_stop, last_stop'), ('a bridge', 'name, length_m, year_built'),
+    ('a dentist appointment', 'patient, date, time'), ('a scientist', 'name, field, nationality'),
+    ('an ingredient', 'name, quantity, unit'), ('a volunteer', 'name, skills, hours'),
+    ('a train station', 'name, city, platforms'), ('a pair of headphones', 'brand, wireless, price'),
+    ('a gym membership', 'member, plan, expires'), ('a castle', 'name, country, built'),
+    ('a comic book', 'title, publisher, issue'), ('a musical instrument', 'name, family, price'),
+    ('a houseplant', 'name, sunlight, water_per_week'), ('a power bank', 'brand, capacity_mah, price'),
+    ('a school', 'name, city, students'), ('a chess game', 'white, black, result'),
+    ('a library loan', 'book, member, due_date'), ('a kitchen appliance', 'name, brand, watts'),
+    ('a weather station', 'id, location, altitude_m'), ('a football match', 'home_team, away_team, score'),
+    ('a pharmacy', 'name, address, open_24h'), ('a bird sighting', 'species, location, date'),
+    ('a shopping list', 'store, items, budget'), ('a poem', 'title, poet, lines'),
+    ('an electric scooter', 'brand, range_km, price'), ('a rental car', 'model, daily_rate, seats'),
+    ('a GitHub repository', 'name, stars, language'), ('an email message', 'sender, subject, sent_at'),
+]
+WAVE6_WRITING = [
+    'Write a short poem about a lighthouse.', 'Write a haiku about the first snow.',
+    'Write a short story about a boy who finds an old map.',
+    'Write an email asking a teacher for an extension on an assignment.',
+    'Write a congratulations message for a friend who passed a driving test.',
+    'Write a product description for a wool scarf.', "Summarize the plot of Charlotte's Web.",
+    'Write a tweet announcing a new podcast episode.', 'Write a limerick about a goat.',
+    'Write a short toast for an anniversary dinner.', 'Describe a bakery in the early morning in three sentences.',
+    'Write a cover letter for a library assistant position.', 'Write a short review of a local bus service.',
+    'Write an email asking a coworker to swap shifts.', 'Write a poem about a rainy afternoon.',
+    'Write a haiku about a butterfly.', 'Write a short story about a penguin who wants to fly.',
+    'Write a welcome message for a cooking class.', 'Write a text message asking a friend to return a borrowed book.',
+    'Summarize the story of Jack and the Beanstalk.', 'Write a slogan for a recycling campaign.',
+    'Write a short bio for a science teacher.', 'Write a recipe for a vegetable omelette.',
+    'Describe a summer fair in three sentences.', 'Write a short fable about a turtle and an eagle.',
+    'Write an email to a company asking about a delayed order.', 'Write a short poem about the first day of school.',
+    'Write a job posting for a delivery driver.', 'Write instructions for washing a car.',
+    'Write a short story about an old clock that can stop time.', 'Write a thank-you note to a nurse.',
+    'Summarize the plot of Robinson Crusoe.', 'Write a joke about dentists.',
+    'Write a short announcement for a neighborhood yard sale.', 'Write a letter to a grandparent.',
+    'Write a short speech for the opening of a new library.', 'Write a description of a quiet reading room.',
+    'Write a short blog post about learning to swim as an adult.', 'Write an apology message for forgetting a birthday.',
+    'Write a short poem about the city in spring.', 'Write a short story about a cat who runs a bakery.',
+    'Write a reminder message for a parent-teacher meeting.', 'Write a short review of a board game.',
+    "Summarize the story of The Emperor's New Clothes.", 'Write a riddle about a shadow.',
+    'Write a short invitation to a baby shower.', 'Write a short note to thank volunteers after a charity event.',
+    'Describe a harbor at sunset in three sentences.', 'Write a motivational quote about trying new things.',
+    'Write a short dialogue between a librarian and a student.',
+]
+WAVE6_SNIPPETS = [
+    'def sum_odds(nums):\n    total = 0\n    for n in nums:\n        if n % 2 == 1:\n            total += n\n    return total\n',
+    'def middle(xs):\n    return xs[len(xs) / 2]\n',
+    'def count_char(text, ch):\n    count = 0\n    for c in text:\n        if c == ch:\n            count += 1\n    retrun count\n',
+    'def area(width, height):\n    return width * heigth\n',
+    "def shout(msg):\n    return msg.upper() + '!'\n",
+    'def is_odd(n):\n    return n % 2 == 0\n',
+    "def initials(name):\n    parts = name.split()\n    return ''.join(p[0] for p in parts)\n",
+    "def repeat(word, times):\n    result = ''\n    for i in range(times)\n        result += word\n    return result\n",
+    'def total_length(words):\n    n = 0\n    for w in words:\n        n += len(w)\n    return n\n',
+    'def smallest(xs):\n    best = xs[0]\n    for x in xs:\n        if x > best:\n            best = x\n    return best\n',
+]
+WAVE6_PARAGRAPHS = [
+    'The school was founded on September 4, 1962. A new science building opened on March 15, 1999, and the school celebrated its sixtieth anniversary on September 4, 2022.',
+    'My brother have two dogs and they runs very fast. Every morning he take them to the park, but yesterday one of them escape.',
+    'Please be aware that the swimming pool will be closed for maintenance this weekend. Members can use the gym as usual, and the pool will reopen on Monday morning.',
+    'The festival was first held on June 21, 1978. It moved to the old harbor in 2004, and the organizers announced a new winter edition on December 12, 2024.',
+    'Last night we watches a film at the cinema. The story were boring, but the popcorn was good and my friends laughs a lot.',
+    'The course introduces the basics of photography. Students learn how to hold a camera, choose the light and take simple portraits over four evenings.',
+    'The new student dont speak much English, but she learn very quickly. Yesterday she ask me to help her with the homework.',
+    'Residents are reminded that the water supply will be interrupted on Thursday between nine and twelve for repairs. We apologize for the inconvenience.',
+]
+
+
+def head_wave6_prompts(seed: int = 0) -> list[str]:
+    """The sixth wave of the head's pool (stage 10): the same request families over new items, in no earlier pool
+    nor the held-out sets."""
+    return _wave("WAVE6", random.Random(seed + 11), [head_training_prompts(seed), head_extra_prompts(seed),
+                                                      head_wave4_prompts(seed), head_wave5_prompts(seed)])
