@@ -405,6 +405,42 @@ def test_fused_features_train_save_and_load(target, prompts, tmp_path):
         train_feature_head(model, work, tmp_path / "other", feature_layers=[4], **common)
 
 
+def test_a_features_folder_extended_with_more_datasets_extracts_and_trains_on_the_runs_sequences(target, prompts,
+                                                                                                  tmp_path):
+    """A second run over the first run's sequences and new ones, shuffled (as train-draft shuffles every dataset
+    together), extracts the new ones alone, into shards after the folder's; every sequence is in the folder once; a
+    shard linked in without an index is read once; training reads the run's own sequences, not the folder's others."""
+    import random
+
+    from optimum_uag.training.feature import (extract_features, load_shards, sequence_key, shard_index,
+                                              train_feature_head)
+
+    model, tok = target
+    seqs = [tok(p * 2)["input_ids"][:40 + i] for i, p in enumerate(prompts[:9])]
+    old, new = seqs[:3], seqs[3:]
+    work = tmp_path / "features"
+    first = extract_features(model, old, work, shard_size=2, log=lambda m: None)
+    assert first["shards"] == 2 and first["already_extracted"] == 0
+    both = old + new
+    random.Random(0).shuffle(both)
+    second = extract_features(model, both, work, shard_size=2, log=lambda m: None)
+    assert second["already_extracted"] == 3 and second["tokens_this_run"] == sum(len(s) for s in new)
+    assert sorted(p.name for p in work.glob("features-*.pt")) == [f"features-{i:05d}.pt" for i in range(5)]
+    keys = [sequence_key(r) for r in load_shards(work)]
+    assert sorted(keys) == sorted(sequence_key(s) for s in seqs)  # each once
+    # a shard without an index entry (linked in from another folder) is read and listed
+    (work / "index.json").unlink()
+    assert sorted(k for ks in shard_index(work).values() for k in ks) == sorted(keys)
+    assert extract_features(model, both, work, log=lambda m: None)["tokens_this_run"] == 0
+    start = tmp_path / "start"
+    save_feature_head(make_head(model, 300), start)
+    common = dict(target_name="test-target", minutes=0.02, steps=2, window=24, batch_size=2, holdout=0.2,
+                  start_from=start, log=lambda m: None)
+    result = train_feature_head(model, work, tmp_path / "head", sequences=new, **common)
+    assert result["folder_sequences_left_out"] == 3
+    assert result["train_sequences"] + result["heldout_sequences"] == 6
+    assert train_feature_head(model, work, tmp_path / "all", **common)["folder_sequences_left_out"] == 0
+
 @pytest.mark.parametrize("tree", [False, True])
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
 def test_fused_head_matches_target(target, prompts, tree, kind):

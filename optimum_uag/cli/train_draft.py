@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--column_name", default="text", help="text column of plain-text records")
     p.add_argument("--dataset_max_samples", type=int, default=None)
     p.add_argument("--output_dir", required=True, help="where the head (config.json + model.safetensors) goes")
-    p.add_argument("--work_dir", default=None, help="feature cache (default: OUTPUT_DIR/features); resumable")
+    p.add_argument("--work_dir", default=None, help="feature cache (default: OUTPUT_DIR/features); resumable, and a run "
+                   "with more datasets extracts only their new sequences (training reads this run's sequences only)")
     p.add_argument("--generate_answers", action="store_true",
                    help="records with a 'prompt' (or a conversation ending with a user turn) are answered by the "
                         "target first (greedy), and the head trains on its own answers")
@@ -229,7 +230,7 @@ def train_draft_main(argv=None) -> int:
                                 steps=args.unroll_steps, window=args.window, batch_size=args.batch_size,
                                 lr=args.learning_rate, seed=args.seed, eos_token_ids=[eos] if eos is not None else [],
                                 freeze_lm_head=not args.train_lm_head, start_from=args.init_head,
-                                eval_dir=eval_dir, feature_layers=layers,
+                                eval_dir=eval_dir, feature_layers=layers, sequences=seqs,
                                 log=lambda m: print(m, flush=True))
     result["features"] = info
     result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -2,7 +2,8 @@
 
 extract_features  one teacher-forced target forward per chunk of token ids: the target's last hidden states
                   (after its final norm) and its top-k log-probabilities at every position, in shards on disk
-                  (resumable: shards already written are kept)
+                  (resumable and extendable: a sequence whose features a shard of the folder holds is not
+                  extracted again, so a run with more datasets extracts the new sequences alone)
 train_feature_head  the head over those shards: KL(target top-k || head) + CE(target argmax) on the draft
                   vocabulary + smooth-L1 on the features, unrolled over several drafting steps (EAGLE-3's
                   training-time test), noise on the input features (EAGLE); a reduced draft vocabulary (FR-Spec:
@@ -10,6 +11,7 @@ train_feature_head  the head over those shards: KL(target top-k || head) + CE(ta
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -62,7 +64,9 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
                      feature_layers: list[int] | tuple = (), log: Callable[[str], None] = print) -> dict:
     """Teacher-forced target features + top-k log-probabilities for every sequence, written in shards.
 
-    Shards already on disk are skipped (resume). A folder of fused features serves a head without them too (the
+    Sequences whose features a shard of the folder already holds (same ids and loss mask: `sequence_key`, listed per
+    shard in the folder's index.json) are skipped, so a run resumes, and a run over more datasets in any order
+    extracts only the new ones, in shards numbered after the folder's. A folder of fused features serves a head without them too (the
     final norm's output is their last part): asked for none, it goes on with the folder's layers; a folder of other
     fused layers is refused. Returns {'sequences', 'tokens', 'shards', 'minutes', 'feature_layers'}."""
     out_dir = Path(out_dir)
@@ -78,16 +82,20 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
     meta.write_text(json.dumps({"feature_layers": layers}) + "\n")
     device = next(model.parameters()).device
     t0 = time.time()
-    total = len(sequences)
+    index = shard_index(out_dir)
+    held = {k for keys in index.values() for k in keys}
+    todo = [x for x in sequences if sequence_key(x) not in held]
+    total = len(todo)
     done_tokens = 0
-    for shard_no, lo in enumerate(range(0, total, shard_size)):
+    first = 1 + max((int(p.stem.split("-")[1]) for p in out_dir.glob("features-*.pt")), default=-1)
+    if len(todo) < len(sequences):
+        log(f"[features] {len(sequences) - len(todo)} of {len(sequences)} sequences already in {out_dir}")
+    for shard_no, lo in enumerate(range(0, total, shard_size), start=first):
         path = out_dir / f"features-{shard_no:05d}.pt"
-        if path.exists():
-            continue
         if max_minutes is not None and time.time() - t0 > max_minutes * 60:
-            log(f"[features] time budget reached after {shard_no} shards")
+            log(f"[features] time budget reached after {lo} of {total} sequences")
             break
-        items = [as_sequence(x) for x in sequences[lo : lo + shard_size]]
+        items = [as_sequence(x) for x in todo[lo : lo + shard_size]]
         rows = [x["ids"] for x in items]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         records = [None] * len(rows)
@@ -112,9 +120,12 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
                               "group": items[i]["group"]}
                 done_tokens += n
         torch.save(records, path)
+        index[path.name] = [sequence_key(r) for r in records]
+        _write_index(out_dir, index)
         log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
     shards = sorted(out_dir.glob("features-*.pt"))
-    info = {"sequences": total, "tokens_this_run": done_tokens, "shards": len(shards),
+    info = {"sequences": len(sequences), "already_extracted": len(sequences) - total, "tokens_this_run": done_tokens,
+            "shards": len(shards),
             "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers}
     return info
 
@@ -135,6 +146,37 @@ def as_sequence(item) -> dict:
         return {"ids": ids, "loss_mask": mask, "group": str(item.get("group", ids[:32]))}
     ids = list(item)
     return {"ids": ids, "loss_mask": [True] * len(ids), "group": str(ids[:32])}
+
+
+def sequence_key(item) -> str:
+    """A sequence's identity in a features folder: a hash of its token ids and loss mask (a dict as `as_sequence`
+    takes, a shard's record, or a bare id list)."""
+    ids = item["ids"] if isinstance(item, dict) else item
+    mask = item.get("loss_mask") if isinstance(item, dict) else None
+    ids = torch.as_tensor(ids).to(torch.int64)
+    mask = torch.ones(len(ids), dtype=torch.bool) if mask is None else torch.as_tensor(mask).to(torch.bool)
+    return hashlib.sha1(ids.numpy().tobytes() + mask.numpy().tobytes()).hexdigest()[:24]
+
+
+def shard_index(data_dir: str | Path) -> dict[str, list[str]]:
+    """{shard file name: its sequences' keys}, from the folder's index.json; shards it does not list (written by an
+    earlier version, or linked in) are read once and added."""
+    data_dir = Path(data_dir)
+    path = data_dir / "index.json"
+    index = json.loads(path.read_text()) if path.exists() else {}
+    index = {name: keys for name, keys in index.items() if (data_dir / name).exists()}
+    missing = [p for p in sorted(data_dir.glob("features-*.pt")) if p.name not in index]
+    for shard in missing:
+        index[shard.name] = [sequence_key(r) for r in torch.load(shard, weights_only=False)]
+    if missing or not path.exists():
+        _write_index(data_dir, index)
+    return index
+
+
+def _write_index(data_dir: Path, index: dict) -> None:
+    tmp = data_dir / "index.json.tmp"
+    tmp.write_text(json.dumps(index) + "\n")
+    tmp.replace(data_dir / "index.json")
 
 
 def load_shards(data_dir: str | Path) -> list[dict]:
@@ -267,15 +309,25 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
                        reg_weight: float = 1.0, ce_weight: float = 0.2, seed: int = 0, eos_token_ids=(),
                        log: Callable[[str], None] = print, holdout: float = 0.05,
                        freeze_lm_head: bool = True, start_from: str | Path | None = None,
-                       eval_dir: str | Path | None = None, feature_layers: list[int] | tuple = ()) -> dict:
+                       eval_dir: str | Path | None = None, feature_layers: list[int] | tuple = (),
+                       sequences: Iterable | None = None) -> dict:
     """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log.
 
     Whole sequences (a random `window`-pair span of longer ones), drawn uniformly (every conversation counts the
     same, however short), the loss on the tokens of each sequence's loss mask (the answers); the held-out split is
-    by group (prompt); the LM head's rows are the target's, frozen unless freeze_lm_head=False."""
+    by group (prompt); the LM head's rows are the target's, frozen unless freeze_lm_head=False. With `sequences`
+    (what extract_features was given), the folder's other sequences (of datasets a run no longer names) are left
+    out."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     records = [r for r in load_shards(data_dir) if len(r["ids"]) >= steps + 3]
+    ignored = 0
+    if sequences is not None:
+        wanted = {sequence_key(x) for x in sequences}
+        kept = [r for r in records if sequence_key(r) in wanted]
+        ignored, records = len(records) - len(kept), kept
+        if ignored:
+            log(f"[train] {ignored} sequences of {data_dir} are not in this run's datasets: left out")
     if eval_dir is not None:  # a held-out set of its own (other prompts): train on every training sequence
         held = [r for r in load_shards(eval_dir) if len(r["ids"]) >= steps + 3]
         groups = {r["group"] for r in held}
@@ -349,6 +401,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
     evaluation = evaluate_head(head, embed, t2d, held, window, steps, width=width)
     save_feature_head(head, output_dir)
     result = {"steps": step, "minutes": round((time.time() - t0) / 60, 2), "train_sequences": len(records),
+              "folder_sequences_left_out": ignored,
               "heldout_sequences": len(held),
               "heldout_split": "separate prompts (--eval_dataset)" if eval_dir is not None else "by prompt (group)",
               "init_head": str(start_from) if start_from is not None else None,
