@@ -405,6 +405,52 @@ def test_fused_features_train_save_and_load(target, prompts, tmp_path):
         train_feature_head(model, work, tmp_path / "other", feature_layers=[4], **common)
 
 
+def test_the_training_loss_on_the_kept_positions_equals_the_masked_mean_over_every_position(target, prompts, tmp_path):
+    """_loss runs the LM head on the answer positions alone; its loss and gradients are those of the full logits
+    averaged under the mask (prompt turns, padding and ends of windows left out)."""
+    import torch.nn.functional as F
+
+    from optimum_uag.training.feature import _batch, _loss, extract_features, load_shards
+
+    model, tok = target
+    seqs = [{"ids": tok(p * 2)["input_ids"][:30 + 5 * i], "loss_mask": [j >= 9 + i for j in range(30 + 5 * i)]}
+            for i, p in enumerate(prompts[:3])]
+    extract_features(model, seqs, tmp_path / "f", log=lambda m: None)
+    records = load_shards(tmp_path / "f")
+    head = make_head(model, 300)  # (tokens outside its draft vocabulary are among the teacher's top-k)
+    embed = model.get_input_embeddings()
+    t2d = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
+    t2d[head.draft_ids()] = torch.arange(300)
+    batch = _batch(records, [(0, 0), (1, 3), (2, 0)], 24, 2, "cpu")
+
+    def reference_loss():  # the full logits, every position, averaged under the mask
+        feats, toks, top_v, top_i, keep_all = batch
+        outs = head.unrolled(feats[:, : feats.shape[1] - 2], embed(toks).float(), 2)
+        total, length = 0.0, feats.shape[1] - 2
+        for s, h in enumerate(outs):
+            keep = keep_all[:, s : s + length].float()
+            mean = lambda x: (x * keep).sum() / keep.sum()  # noqa: E731
+            logq = torch.log_softmax(head.logits(h).float(), -1)
+            ti = top_i[:, s : s + length]
+            rows = t2d[ti]
+            inside = rows >= 0
+            lq = logq.gather(-1, rows.clamp_min(0)).masked_fill(~inside, 0.0)
+            p = top_v[:, s : s + length].exp() * inside
+            kl, ce = mean(-(p * lq).sum(-1)), mean(-(lq[..., 0] * inside[..., 0]))
+            reg = F.smooth_l1_loss(h, feats[:, s + 1 : s + 1 + length], reduction="none").mean(-1)
+            total = total + 0.8 ** s * (kl + 0.2 * ce + mean(reg))
+        return total
+
+    assert 0 < float(batch[4].float().mean()) < 0.9  # some positions are left out
+    torch.manual_seed(0)
+    ours, _ = _loss(head, embed, t2d, batch, 2, 0.0, 1.0, 0.2)
+    grads = torch.autograd.grad(ours, [p for p in head.parameters() if p.requires_grad])
+    theirs = reference_loss()
+    ref_grads = torch.autograd.grad(theirs, [p for p in head.parameters() if p.requires_grad])
+    assert torch.allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
 def test_a_features_folder_extended_with_more_datasets_extracts_and_trains_on_the_runs_sequences(target, prompts,
                                                                                                   tmp_path):
     """A second run over the first run's sequences and new ones, shuffled (as train-draft shuffles every dataset

@@ -432,11 +432,13 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
     total, stats = 0.0, {}
     for s, h in enumerate(outs):
         # h[:, t] guesses f_{t+s+1} (the feature of window position t+s+1) and predicts x_{t+s+2}
-        tv, ti = top_v[:, s : s + length], top_i[:, s : s + length]
-        keep = keep_all[:, s : s + length].float()
+        kept = keep_all[:, s : s + length]
+        keep = kept.float()
         count = keep.sum().clamp_min(1.0)
         mean = lambda x: (x * keep).sum() / count  # noqa: E731 - over the kept (answer) positions
-        logits = head.logits(h).float()
+        # the LM head (most of a step's work) on the kept positions alone: prompts, turns and padding are skipped
+        tv, ti = top_v[:, s : s + length][kept], top_i[:, s : s + length][kept]
+        logits = head.logits(h[kept]).float()
         logq = torch.log_softmax(logits, -1)
         if t2d is not None:
             rows = t2d[ti]  # -1: outside the draft vocabulary (its mass is lost to the head)
@@ -446,8 +448,9 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
             inside = torch.ones_like(ti, dtype=torch.bool)
             lq = logq.gather(-1, ti)
         p = tv.exp() * inside
-        kl = mean(-(p * lq).sum(-1))
-        ce = mean(-(lq[..., 0] * inside[..., 0]))
+        n_kept = max(len(ti), 1)
+        kl = -(p * lq).sum() / n_kept
+        ce = -(lq[..., 0] * inside[..., 0]).sum() / n_kept
         weight = 0.8 ** s
         total = total + weight * (kl + ce_weight * ce)
         truth = feats[:, s + 1 : s + 1 + length, -h.shape[-1]:]  # the final norm's part of fused features
@@ -456,7 +459,7 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
         with torch.no_grad():
             pred = logits.argmax(-1)
             pred = pred if t2d is None else (pred + head.d2t[pred])
-            agree = float(mean((pred == ti[..., 0]).float()))
+            agree = float((pred == ti[..., 0]).float().sum()) / n_kept
         if s == 0:
             stats["top1_step1"] = agree
         stats["top1_last"] = agree
