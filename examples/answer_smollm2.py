@@ -70,8 +70,8 @@ def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--pool", choices=["head", "head_extra", "head_wave4", "head_wave5", "head_wave6", "head_rephrase",
-                                                 "distill"], default="head",
+    pools = ["head", "head_extra", "head_wave4", "head_wave5", "head_wave6", "head_rephrase", "distill"]
+    parser.add_argument("--pool", choices=pools, default="head",
                         help="head: prompt_sets.head_training_prompts(); head_extra: head_extra_prompts() (the third "
                              "wave of items, stage 7); head_wave4 / head_wave5: head_wave4_prompts() / "
                              "head_wave5_prompts() (the fourth and fifth, stage 8); head_wave6 / head_rephrase: "

@@ -27,8 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--column_name", default="text", help="text column of plain-text records")
     p.add_argument("--dataset_max_samples", type=int, default=None)
     p.add_argument("--output_dir", required=True, help="where the head (config.json + model.safetensors) goes")
-    p.add_argument("--work_dir", default=None, help="feature cache (default: OUTPUT_DIR/features); resumable, and a run "
-                   "with more datasets extracts only their new sequences (training reads this run's sequences only)")
+    p.add_argument("--work_dir", default=None,
+                   help="feature cache (default: OUTPUT_DIR/features); resumable, and a run with more datasets "
+                        "extracts only their new sequences (training reads this run's sequences only)")
     p.add_argument("--generate_answers", action="store_true",
                    help="records with a 'prompt' (or a conversation ending with a user turn) are answered by the "
                         "target first (greedy), and the head trains on its own answers")

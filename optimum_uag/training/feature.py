@@ -66,9 +66,10 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
 
     Sequences whose features a shard of the folder already holds (same ids and loss mask: `sequence_key`, listed per
     shard in the folder's index.json) are skipped, so a run resumes, and a run over more datasets in any order
-    extracts only the new ones, in shards numbered after the folder's. A folder of fused features serves a head without them too (the
-    final norm's output is their last part): asked for none, it goes on with the folder's layers; a folder of other
-    fused layers is refused. Returns {'sequences', 'tokens', 'shards', 'minutes', 'feature_layers'}."""
+    extracts only the new ones, in shards numbered after the folder's. A folder of fused features serves a head
+    without them too (the final norm's output is their last part): asked for none, it goes on with the folder's
+    layers; a folder of other fused layers is refused. Returns {'sequences', 'already_extracted', 'tokens_this_run',
+    'shards', 'minutes', 'feature_layers'}."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta, layers = out_dir / "features.json", [int(i) for i in feature_layers]
@@ -124,10 +125,8 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
         _write_index(out_dir, index)
         log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
     shards = sorted(out_dir.glob("features-*.pt"))
-    info = {"sequences": len(sequences), "already_extracted": len(sequences) - total, "tokens_this_run": done_tokens,
-            "shards": len(shards),
-            "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers}
-    return info
+    return {"sequences": len(sequences), "already_extracted": len(sequences) - total, "tokens_this_run": done_tokens,
+            "shards": len(shards), "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers}
 
 
 def stored_layers(data_dir: str | Path) -> list[int]:
