@@ -23,7 +23,7 @@ first drafting round after rounds without a draft is not timed (its acceptance c
 over the tokens committed meanwhile, a cost of having stopped, not of drafting. s is priced against the current
 t0 (a refreshed t0 re-prices every past drafting round). Inside a drafting round a chain is cut by a gate: a token
 after the first is verified only while the active rows' mean cumulative draft probability is at least what one more
-token costs at the best chain's rate (gate()); K is then the gate's ceiling. At batch > 1 one verify serves every
+token costs at the best chain's rate (gate()); K is then the gate's ceiling, one past the best fixed length. At batch > 1 one verify serves every
 row, so a position pays by the rows likely to reach it: a fixed K must be short for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
@@ -49,10 +49,13 @@ MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
 PROBE_ROUNDS = 2  # drafting rounds per probe
 OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
 CATCH_UP = 2  # rounds without a draft after which the next drafting round's time is the draft's catch-up's
-GATE_REACH = 2  # a chain's K past the best fixed length, for the gate to cut (gate())
+# a chain's K past the best fixed length, for the gate to cut (gate()). SmolLM2 + its head, chat at batch 4, 16
+# held-out requests, interleaved, median of 3 (benchmarks/results/batch4_policy.json, run 5): 1 past the best 1.15x
+# the fastest target-only path, 2 past it 1.05x (15% of its rounds without a draft against 5%), 0 past it 1.14x
+GATE_REACH = 1
 # the share of a drafted token's measured cost (draft step + verify width) still ahead when the gate judges it: its
 # draft step has run. SmolLM2 + its head, chat at batch 4 (benchmarks/results/batch4_policy.json): the adaptive chain
-# with the gate 1.11-1.16x the fastest target-only path in four runs, with it off 0.99-1.05x in three (K 2 past the best)
+# with the gate 1.11-1.16x the fastest target-only path in four runs, with it off 0.99-1.05x in three (K 2 past the best; runs 1-4)
 GATE_SHARE = 0.6
 GATE_MAX = 0.9  # the gate never asks more of a token than this cumulative draft probability
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
