@@ -23,8 +23,9 @@ first drafting round after rounds without a draft is not timed (its acceptance c
 over the tokens committed meanwhile, a cost of having stopped, not of drafting. s is priced against the current
 t0 (a refreshed t0 re-prices every past drafting round). Inside a drafting round a chain is cut by a gate: a token
 after the first is verified only while the active rows' mean cumulative draft probability is at least what one more
-token costs at the best chain's rate (gate()); K is then the gate's ceiling, one past the best fixed length. At batch > 1 one verify serves every
-row, so a position pays by the rows likely to reach it: a fixed K must be short for the unsure rows. While
+token costs at the best chain's rate (gate()); K is then the gate's ceiling, one past the best fixed length. At
+batch > 1 one verify serves every row, so a position pays by the rows likely to reach it: a fixed K must be short
+for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
 come.
@@ -55,7 +56,8 @@ CATCH_UP = 2  # rounds without a draft after which the next drafting round's tim
 GATE_REACH = 1
 # the share of a drafted token's measured cost (draft step + verify width) still ahead when the gate judges it: its
 # draft step has run. SmolLM2 + its head, chat at batch 4 (benchmarks/results/batch4_policy.json): the adaptive chain
-# with the gate 1.11-1.16x the fastest target-only path in four runs, with it off 0.99-1.05x in three (K 2 past the best; runs 1-4)
+# with the gate 1.11-1.16x the fastest target-only path in runs 1-4, with it off 0.99-1.05x in three (K 2 past the
+# best)
 GATE_SHARE = 0.6
 GATE_MAX = 0.9  # the gate never asks more of a token than this cumulative draft probability
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
