@@ -503,3 +503,23 @@ def test_fused_head_matches_target(target, prompts, tree, kind):
         assert out.metrics.draft_forwards > 0 and out.metrics.accepted_tokens > 0
         if tree and kind == "static":  # (the model's own cache takes no tree mask: a chain, said in a line)
             assert out.metrics.tree_rounds > 0
+
+
+def test_the_heads_grouped_query_attention_without_copies_equals_the_repeated_keys_bit_for_bit():
+    """On a CPU the head's attention hands its 3-to-1 grouped heads to torch's kernel (`enable_gqa`) instead of
+    repeating its keys / values per query head: the same outputs bit for bit, at a draft step and a tree block, batch
+    1 and 4, under a boolean mask."""
+    import torch.nn.functional as F
+
+    from optimum_uag.engine.drafters.feature_head import Attention
+
+    torch.manual_seed(0)
+    attn = Attention(96, 6, 2, 16)
+    for b, lq, lk in ((1, 1, 40), (1, 5, 40), (4, 3, 70)):
+        q, k, v = torch.randn(b, 6, lq, 16), torch.randn(b, 2, lk, 16), torch.randn(b, 2, lk, 16)
+        mask = torch.rand(b, 1, lq, lk) > 0.3
+        mask[..., 0] = True
+        repeated = F.scaled_dot_product_attention(q, k.repeat_interleave(3, 1), v.repeat_interleave(3, 1),
+                                                  attn_mask=mask)
+        want = attn.o_proj(repeated.transpose(1, 2).reshape(b, lq, -1))
+        assert torch.equal(attn.attend(q, k, v, mask), want)

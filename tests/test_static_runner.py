@@ -89,3 +89,39 @@ def test_a_local_band_sliced_by_key_length_is_not_run_on_the_live_prefix():
                             output_logits=True)
     assert torch.equal(out.sequences, ref.sequences)
     torch.testing.assert_close(torch.stack(out.logits), torch.stack(ref.logits), rtol=1e-4, atol=1e-4)
+
+
+def _gqa_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=500, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config._attn_implementation = "sdpa"
+    return LlamaForCausalLM(config).eval()
+
+
+def test_grouped_query_heads_reach_the_kernel_without_key_value_copies_with_the_same_logits(monkeypatch):
+    """On an eager CPU the static runner lets torch's SDPA kernel map grouped-query heads (`masked_gqa`): no
+    `repeat_kv` copy of any layer's keys / values for a masked block, and the logits of the prompt, a chain block
+    and a tree block are the same bit for bit as with the copies; transformers' own hook is back after each forward."""
+    import contextlib
+
+    from transformers.integrations import sdpa_attention
+
+    model = _gqa_model()
+    original = sdpa_attention.use_gqa_in_sdpa
+    copies = []
+    repeat_kv = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda x, n: copies.append(n) or repeat_kv(x, n))
+    ids = torch.randint(3, 500, (2, 40), generator=torch.Generator().manual_seed(1))
+    pad = torch.tensor([0, 5])
+    kernel = make_runner(model, 2, CAPACITY, pad)
+    got = _blocks(kernel, ids)
+    assert copies == [] and sdpa_attention.use_gqa_in_sdpa is original
+    copying = make_runner(model, 2, CAPACITY, pad)
+    copying.gqa = contextlib.nullcontext()
+    want = _blocks(copying, ids)
+    assert copies  # (transformers copies them for a masked block: what the runner avoids)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b), (a - b).abs().max()

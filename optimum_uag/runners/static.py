@@ -48,6 +48,46 @@ class RowStaticCache(StaticCache):
         return layer.keys, layer.values
 
 
+class masked_gqa:
+    """While active, transformers' SDPA attention hands a masked block's grouped-query heads to torch's kernel
+    (`enable_gqa`) on a CPU, instead of copying every layer's keys / values once per query head sharing them
+    (`repeat_kv`; transformers lets the kernel do it only without a mask). The kernel maps each query head to its
+    key / value head itself: the same outputs bit for bit (tests/test_static_runner.py), without the copies. Chat at
+    batch 4, a 3-token verify: ~5 ms of ~60 (benchmarks/results/batch4_policy.json, run 5's profile). Eager CPU
+    forwards of the static runner only; a transformers without the hook is left as it is."""
+
+    def __init__(self):
+        try:
+            from transformers.integrations import sdpa_attention
+        except ImportError:  # (a transformers without the integration module)
+            sdpa_attention = None
+        self.module = sdpa_attention if hasattr(sdpa_attention, "use_gqa_in_sdpa") else None
+        self.saved = None
+
+    @staticmethod
+    def _wrap(original):
+        def use_gqa_in_sdpa(attention_mask, key, *args, **kwargs):
+            if original(attention_mask, key, *args, **kwargs):
+                return True
+            value = args[0] if args else kwargs.get("value", key)
+            return (key.device.type == "cpu" and type(key) is torch.Tensor and key.shape[-1] == value.shape[-1]
+                    and not torch.compiler.is_compiling())
+        use_gqa_in_sdpa.optimum_uag = True
+        return use_gqa_in_sdpa
+
+    def __enter__(self):
+        module = self.module
+        if module is not None and not getattr(module.use_gqa_in_sdpa, "optimum_uag", False):
+            self.saved = module.use_gqa_in_sdpa
+            module.use_gqa_in_sdpa = self._wrap(self.saved)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            self.module.use_gqa_in_sdpa, self.saved = self.saved, None
+        return False
+
+
 def _allocate(layer, key_states, value_states) -> None:
     try:
         layer.lazy_initialization(key_states, value_states)  # transformers 5.x
@@ -149,6 +189,7 @@ class StaticCacheRunner:
         self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
         # off for a model that refused the shorter keys once (see forward), and across ranks (a failed collective
         # must not be retried on one rank alone)
+        self.gqa = masked_gqa()
         self.live_prefix = (self.device.type == "cpu" and model_state(model).get("live_prefix", True)
                             and not _several_ranks())
 
@@ -238,6 +279,10 @@ class StaticCacheRunner:
             kwargs["cache_position"] = offsets
         if hidden:
             kwargs["output_hidden_states"] = True
-        out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
+        if self.device.type == "cpu" and getattr(self.call, "static_shapes", False) is False:
+            with self.gqa:  # an eager CPU forward: grouped-query heads without key / value copies
+                out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
+        else:
+            out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
         logits = self.keep(out.logits, logits_to_keep).float()
         return (logits, last_hidden_state(out, hidden)) if hidden else logits

@@ -31,6 +31,8 @@ from torch import nn
 CONFIG_NAME = "config.json"
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
 HEAD_TYPE = "eagle"  # config["optimum_uag_head"]
+# torch's SDPA maps grouped query heads to their key / value heads itself from 2.5 on (`enable_gqa`)
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 
 class RMSNorm(nn.Module):
@@ -103,9 +105,12 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of q over k/v under a boolean mask (B, 1, Lq, Lk) (True = visible)."""
         groups = self.heads // self.kv_heads
-        if groups > 1:
-            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if groups > 1 and _SDPA_GQA and q.device.type == "cpu":  # no key / value copies (the same outputs)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        else:
+            if groups > 1:
+                k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         batch, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
