@@ -1,0 +1,82 @@
+#!/usr/bin/env python
+"""A/B of grouped-query attention without key / value copies on a CPU (runners/static.py `masked_gqa`, the feature
+head's `enable_gqa`): the default draft with them and with transformers' / the head's copies back, chat at batch 1
+and 4, SmolLM2-135M-Instruct + its head, fp32, rows interleaved per batch of prompts (bench_feature_head.run_group),
+median of the repeats, ratios against the prepacked target-only row of the same run. Outputs are checked equal.
+
+    python benchmarks/bench_gqa_copies.py --repeats 2 --output /tmp/gqa_copies.json
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+from optimum_uag import assisted_generate, embedded_models
+from optimum_uag.engine.drafters import feature_head, load_feature_head
+from optimum_uag.models import chat_prompts, smollm2
+from optimum_uag.runners import static
+from optimum_uag.runners.packed import packed_weights
+
+from bench_feature_head import encode, run_group
+from bench_smollm2 import load
+
+
+@contextlib.contextmanager
+def copies():
+    """transformers' repeat_kv in the static runner's masked blocks and repeat_interleave in the head, as before."""
+    enter, gqa = static.masked_gqa.__enter__, feature_head._SDPA_GQA
+    static.masked_gqa.__enter__, feature_head._SDPA_GQA = (lambda self: self), False
+    try:
+        yield
+    finally:
+        static.masked_gqa.__enter__, feature_head._SDPA_GQA = enter, gqa
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max_new_tokens", type=int, default=128)
+    p.add_argument("--output", default=None)
+    args = p.parse_args()
+    target, tok = load(smollm2())
+    head = load_feature_head(embedded_models()["smollm2_head"])
+    held = chat_prompts()
+    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
+    pack = packed_weights(target)
+
+    def ours(with_copies):
+        def fn(enc, m):
+            with copies() if with_copies else contextlib.nullcontext():
+                return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
+                                         **greedy)
+        return fn
+
+    def target_only(enc, m):
+        return target.generate(**enc, max_new_tokens=m, **greedy)
+
+    def target_only_packed(enc, m):
+        with pack:
+            return target.generate(**enc, max_new_tokens=m, **greedy)
+
+    rows = {"target-only": target_only, "target-only prepacked": target_only_packed,
+            "head default": ours(False), "head default, key/value copies": ours(True)}
+    warm = encode(tok, held[-1:])
+    for fn in rows.values():
+        fn(warm, 8)
+    results = {}
+    for batch in (1, 4):
+        name = f"chat@{batch}"
+        res = run_group(name, rows, held[: args.prompts], batch, args.max_new_tokens, tok, args.repeats)
+        results[name] = res
+        r = res["rows"]
+        print(f"{name}: without copies / with copies = "
+              f"{r['head default']['tokens_per_s'] / r['head default, key/value copies']['tokens_per_s']:.3f}")
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
