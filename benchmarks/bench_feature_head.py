@@ -72,6 +72,19 @@ def head_cost(target, head, reps: int = 30) -> dict:
     return {"head_step_ms": step * 1e3, "target_1_ms": target_1 * 1e3, "ratio": step / target_1}
 
 
+def target_only_rows(target, gen: dict) -> dict:
+    """The two target-only rows every group runs: transformers' plain generate() and the same loop on the prepacked
+    weights optimum-uag's runners use (on this CPU the fastest target-only path)."""
+    pack = packed_weights(target)
+
+    def packed(enc, m):
+        with pack:
+            return target.generate(**enc, max_new_tokens=m, **gen)
+
+    return {"target-only": lambda enc, m: target.generate(**enc, max_new_tokens=m, **gen),
+            "target-only prepacked": packed}
+
+
 def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000, encode=encode) -> dict:
     """Every row on every batch of prompts, interleaved (rotating order), `repeats` times; per row: median over the
     repeats of tokens/s and of the ratio to the fastest target-only row of the same repeat."""
@@ -154,16 +167,6 @@ def main():
     n = args.max_new_tokens
     greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
     sample = dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id)
-    pack = packed_weights(target)
-
-    def target_only(gen):
-        return lambda enc, m: target.generate(**enc, max_new_tokens=m, **gen)
-
-    def target_only_packed(gen):  # the fastest target-only path on this CPU: the same loop on prepacked weights
-        def fn(enc, m):
-            with pack:
-                return target.generate(**enc, max_new_tokens=m, **gen)
-        return fn
 
     def ours(draft, gen, **options):
         return lambda enc, m: assisted_generate(target, draft, enc["input_ids"], enc["attention_mask"],
@@ -182,7 +185,7 @@ def main():
         return run
 
     def baselines(gen):
-        return {"target-only": target_only(gen), "target-only prepacked": target_only_packed(gen)}
+        return target_only_rows(target, gen)
 
     hf_cross = copy.deepcopy(cross)  # transformers reads K from the assistant's generation_config
     hf_cross.generation_config.num_assistant_tokens = 5
@@ -218,7 +221,7 @@ def main():
                                         assistant_tokenizer=ctok)}),
     }
     warm = encode(tok, held[args.prompts : args.prompts + 1])
-    for fn in (target_only(greedy), target_only_packed(greedy), ours(head, greedy), ours(same, greedy)):
+    for fn in (*baselines(greedy).values(), ours(head, greedy), ours(same, greedy)):
         fn(warm, 8)
     results, notes = {}, []
     names = {"chat@1": "chat", "grounded@1": "grounded", "sample@1": "sample", "chat@4": "batch4", "uag@1": "uag"}

@@ -15,9 +15,8 @@ from optimum_uag import assisted_generate, embedded_models
 from optimum_uag.engine import policy
 from optimum_uag.engine.drafters import load_feature_head
 from optimum_uag.models import chat_prompts, smollm2
-from optimum_uag.runners.packed import packed_weights
 
-from bench_feature_head import encode, run_group
+from bench_feature_head import encode, run_group, target_only_rows
 from bench_smollm2 import load
 
 
@@ -32,7 +31,6 @@ def main():
     head = load_feature_head(embedded_models()["smollm2_head"])
     held = chat_prompts()
     greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
-    pack = packed_weights(target)
 
     def ours(reach=None, gate=True, **options):
         def fn(enc, m):
@@ -48,14 +46,7 @@ def main():
                 policy.GATE_REACH, policy.AdaptivePolicy.gate = old
         return fn
 
-    def target_only(enc, m):
-        return target.generate(**enc, max_new_tokens=m, **greedy)
-
-    def target_only_packed(enc, m):
-        with pack:
-            return target.generate(**enc, max_new_tokens=m, **greedy)
-
-    rows = {"target-only": target_only, "target-only prepacked": target_only_packed,
+    rows = {**target_only_rows(target, greedy),
             "reach 2": ours(2), "reach 1": ours(1), "reach 0": ours(0), "gate off, reach 0": ours(0, gate=False),
             "fixed K=2": ours(num_assistant_tokens=2, prompt_lookup_num_tokens=0)}
     warm = encode(tok, held[-1:])

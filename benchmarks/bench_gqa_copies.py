@@ -16,9 +16,8 @@ from optimum_uag import assisted_generate, embedded_models
 from optimum_uag.engine.drafters import feature_head, load_feature_head
 from optimum_uag.models import chat_prompts, smollm2
 from optimum_uag.runners import static
-from optimum_uag.runners.packed import packed_weights
 
-from bench_feature_head import encode, run_group
+from bench_feature_head import encode, run_group, target_only_rows
 from bench_smollm2 import load
 
 
@@ -44,7 +43,6 @@ def main():
     head = load_feature_head(embedded_models()["smollm2_head"])
     held = chat_prompts()
     greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
-    pack = packed_weights(target)
 
     def ours(with_copies):
         def fn(enc, m):
@@ -53,14 +51,7 @@ def main():
                                          **greedy)
         return fn
 
-    def target_only(enc, m):
-        return target.generate(**enc, max_new_tokens=m, **greedy)
-
-    def target_only_packed(enc, m):
-        with pack:
-            return target.generate(**enc, max_new_tokens=m, **greedy)
-
-    rows = {"target-only": target_only, "target-only prepacked": target_only_packed,
+    rows = {**target_only_rows(target, greedy),
             "head default": ours(False), "head default, key/value copies": ours(True)}
     warm = encode(tok, held[-1:])
     for fn in rows.values():
