@@ -1,6 +1,7 @@
 """The `static` runner: a transformers StaticCache with per-row write positions, explicit positions and masks."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 
@@ -63,6 +64,7 @@ class masked_gqa:
             sdpa_attention = None
         self.module = sdpa_attention if hasattr(sdpa_attention, "use_gqa_in_sdpa") else None
         self.saved = None
+        self.wrapped = (None, None)  # (transformers' hook, our wrapper of it): built once, swapped in per forward
 
     @staticmethod
     def _wrap(original):
@@ -79,7 +81,9 @@ class masked_gqa:
         module = self.module
         if module is not None and not getattr(module.use_gqa_in_sdpa, "optimum_uag", False):
             self.saved = module.use_gqa_in_sdpa
-            module.use_gqa_in_sdpa = self._wrap(self.saved)
+            if self.wrapped[0] is not self.saved:
+                self.wrapped = (self.saved, self._wrap(self.saved))
+            module.use_gqa_in_sdpa = self.wrapped[1]
         return self
 
     def __exit__(self, *exc):
@@ -187,9 +191,9 @@ class StaticCacheRunner:
         self.shapes: set[tuple[int, int]] = set()
         self.calls = 0
         self.call = None  # a CompiledCall under torch_compile (runners/compile.py)
+        self.gqa = masked_gqa()
         # off for a model that refused the shorter keys once (see forward), and across ranks (a failed collective
         # must not be retried on one rank alone)
-        self.gqa = masked_gqa()
         self.live_prefix = (self.device.type == "cpu" and model_state(model).get("live_prefix", True)
                             and not _several_ranks())
 
@@ -279,10 +283,8 @@ class StaticCacheRunner:
             kwargs["cache_position"] = offsets
         if hidden:
             kwargs["output_hidden_states"] = True
-        if self.device.type == "cpu" and getattr(self.call, "static_shapes", False) is False:
-            with self.gqa:  # an eager CPU forward: grouped-query heads without key / value copies
-                out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
-        else:
+        eager_cpu = self.device.type == "cpu" and getattr(self.call, "static_shapes", False) is False
+        with self.gqa if eager_cpu else contextlib.nullcontext():  # grouped-query heads without key / value copies
             out = self.model(**kwargs) if self.call is None else self.call((batch, length), **kwargs)
         logits = self.keep(out.logits, logits_to_keep).float()
         return (logits, last_hidden_state(out, hidden)) if hidden else logits

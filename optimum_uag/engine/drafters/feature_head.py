@@ -105,12 +105,10 @@ class Attention(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Attention of q over k/v under a boolean mask (B, 1, Lq, Lk) (True = visible)."""
         groups = self.heads // self.kv_heads
-        if groups > 1 and _SDPA_GQA and q.device.type == "cpu":  # no key / value copies (the same outputs)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        else:
-            if groups > 1:
-                k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        kernel_groups = groups > 1 and _SDPA_GQA and q.device.type == "cpu"  # no key / value copies (same outputs)
+        if groups > 1 and not kernel_groups:
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **({"enable_gqa": True} if kernel_groups else {}))
         batch, _, length, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
 
