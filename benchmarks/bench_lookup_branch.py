@@ -11,6 +11,9 @@ in the same run:
   endorse=2    beside the tree when its first two tokens are the head's best token and that token's best child
                (the default, feature.BRANCH_ENDORSE)
 
+Every variant keeps the branch at its first length (8), not continued periodically, as when the results were
+measured (2026-12-05); benchmarks/bench_lookup_length.py measures the branch that grows.
+
     python benchmarks/bench_lookup_branch.py --output benchmarks/results/lookup_branch.json
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 import torch
 
 from optimum_uag import assisted_generate, embedded_models
-from optimum_uag.engine.drafters import feature, load_feature_head
+from optimum_uag.engine.drafters import combined, feature, load_feature_head
 from optimum_uag.models import chat_prompts, smollm2
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 from optimum_uag.runners.packed import packed_weights
@@ -50,12 +53,14 @@ def main():
         init(self, *a, **k)
         if current["branch_nodes"] is not None:
             self.branch_nodes = current["branch_nodes"]
+        self.branch_max = self.branch_nodes  # the branch does not grow (see the module doc)
 
     def counted(*a, **k):
         current["wide"] += 1
         return with_branch(*a, **k)
 
     feature.FeatureDrafter.__init__, feature._with_branch = drafter_init, counted
+    combined.PERIODIC_BRANCH = False
     results = {}
     try:
         for group, prompts in (("chat@1", chat_prompts()[: args.prompts]),

@@ -2,13 +2,22 @@
 """A/B of the lookup branch's length beside the head's tree (`prompt_lookup_num_tokens`, default 8 for a feature
 head): SmolLM2-135M-Instruct + its head, fp32, batch 1, held-out input-grounded (or chat) requests, rows interleaved
 per request (bench_feature_head.run_group), median of the repeats, ratios against the prepacked target-only row.
+`--lookups` gives fixed lengths; `--grow_to` rows leave the length unset, so the default branch starts at 8 and
+doubles after a round that accepted it whole, up to the given cap (config.HEAD_LOOKUP_MAX_TOKENS, 8 = never grows).
 
     python benchmarks/bench_lookup_length.py --group grounded --lookups 8,12,16 --repeats 2
+    python benchmarks/bench_lookup_length.py --group grounded --lookups 16 --grow_to 8,16,32 --repeats 2
+    python benchmarks/bench_lookup_length.py --group grounded --lookups '' --grow_to 8,32 --periodic on,off
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+
+import optimum_uag.engine.config as engine_config
+import optimum_uag.engine.drafters.combined as combined
 
 from optimum_uag import assisted_generate, embedded_models
 from optimum_uag.engine.drafters import load_feature_head
@@ -22,11 +31,15 @@ from bench_smollm2 import load
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("grounded", "chat"), default="grounded")
-    p.add_argument("--lookups", default="8,12,16")
+    p.add_argument("--lookups", default="8,12,16", help="fixed lengths (prompt_lookup_num_tokens); '' for none")
+    p.add_argument("--grow_to", default="", help="caps of the default, growing branch ('' for none)")
+    p.add_argument("--periodic", default="on", help="'on', 'off' or 'on,off': the growing rows with the branch "
+                   "continued periodically past a row's end (combined.PERIODIC_BRANCH), without, or both")
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max_new_tokens", type=int, default=128)
     p.add_argument("--output", default=None)
+    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
     args = p.parse_args()
     target, tok = load(smollm2())
     head = load_feature_head(embedded_models()["smollm2_head"])
@@ -37,8 +50,20 @@ def main():
         return lambda enc, m: assisted_generate(target, head, enc["input_ids"], enc["attention_mask"],
                                                 max_new_tokens=m, prompt_lookup_num_tokens=lookup, **greedy)
 
+    def growing(cap, periodic):
+        def run(enc, m):
+            saved = engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH
+            engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH = cap, periodic
+            try:
+                return ours(None)(enc, m)
+            finally:
+                engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH = saved
+        return run
+
     rows = {**target_only_rows(target, greedy),
-            **{f"head default, lookup {n}": ours(int(n)) for n in args.lookups.split(",")}}
+            **{f"head default, lookup {n}": ours(int(n)) for n in args.lookups.split(",") if n},
+            **{f"head default, grows to {n}" + ("" if on == "on" else ", not periodic"): growing(int(n), on == "on")
+               for n in args.grow_to.split(",") if n for on in args.periodic.split(",")}}
     warm = encode(tok, chat_prompts()[-1:])
     for fn in rows.values():
         fn(warm, 8)
@@ -47,8 +72,14 @@ def main():
         print(f"{name:<28}{row['tokens_per_s']:7.1f} tok/s {row['speedup_vs_best_target_only']:6.3f}x "
               f"{row['speedup_vs_best_target_only_per_repeat']} tau {row.get('tau', float('nan')):.2f}")
     if args.output:
+        out = {"groups": {}}
+        if args.merge and os.path.exists(args.output):
+            with open(args.output) as f:
+                out = json.load(f)
+        out["groups"][f"{args.group}@1"] = {
+            "command": "python benchmarks/bench_lookup_length.py " + " ".join(sys.argv[1:]), **res}
         with open(args.output, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

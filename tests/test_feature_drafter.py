@@ -345,6 +345,27 @@ def test_lookup_then_draft_widens_a_chain_only_when_an_ngram_matches():
     assert mixed.tokens[1, :3].tolist() == [7, 7, 7] and mixed.valid[1].tolist() == [True] * 3 + [False] * 5
 
 
+def test_a_periodic_lookup_continues_a_repetition_past_the_rows_end():
+    """`a b c a b` (2-gram `a b` last seen at 0): the plain continuation `c a b` ends at the row's end (the rest
+    invalid); the periodic one repeats the span from the match to the end, `c a b c a b ...`, valid at any length.
+    A row without a match stays invalid, and left padding is never read."""
+    from optimum_uag.engine.drafters.lookup import PromptLookupDrafter
+    from optimum_uag.engine.state import DecodingState
+
+    a, b, c, pad = 5, 6, 7, 0
+    ids = torch.tensor([[a, b, c, a, b], [pad, 1, 2, 3, 4], [pad, pad, a, a, a], [a, a, b, c, a]])
+    state = DecodingState.create(ids, torch.tensor([0, 1, 2, 2]), 32, pad, 16)
+    lookup = PromptLookupDrafter(2)
+    plain = lookup.propose(state, 7)
+    assert plain.tokens[0, :3].tolist() == [c, a, b] and plain.valid[0].tolist() == [True] * 3 + [False] * 4
+    periodic = lookup.propose(state, 7, periodic=True)
+    assert periodic.tokens[0].tolist() == [c, a, b, c, a, b, c] and periodic.valid[0].all()
+    assert not periodic.valid[1].any()  # no n-gram repeats
+    assert periodic.tokens[2].tolist() == [a] * 7 and periodic.valid[2].all()  # period 1 (`a a` seen at 2)
+    assert not periodic.valid[3].any()  # `a` repeats only inside the row's left padding
+    assert periodic.record[0].tolist() == plain.valid[0].tolist()  # the plain continuation's validity
+
+
 # ------------------------------------------------------------------------------ fused features (EAGLE-3)
 @torch.no_grad()
 def test_a_fused_head_starts_as_the_same_function(target, prompts):

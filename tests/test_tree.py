@@ -236,25 +236,18 @@ def test_tree_sampling_matches_target_distribution(kwargs):
     assert out.metrics.accepted_tokens > 0
 
 
-def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, monkeypatch):
-    """Where the n-gram continuation starts with the head's own first choices (its best token and that token's best
-    child), it is verified whole beside the tree (nodes + lookup columns; a replacement of the tree's weakest nodes
-    would cap it at nodes - top_k tokens): on text that repeats itself the rounds accept past the tree's depth, and
-    the output stays the target's own. The head here is an oracle for its first two tokens only (the target's greedy
-    tokens, scored first), so the tree alone accepts two tokens per round."""
+def _two_token_oracle(monkeypatch, ref):
+    """The head scores the target's greedy tokens first for its first two tokens (the root's children, and the best
+    node's best child): the tree alone accepts two tokens per round, and it endorses every true lookup branch."""
     from optimum_uag.engine.drafters.feature import FeatureDrafter
 
-    model, tok = embedded["target"]
-    head = make_head(model, None)
-    ids, mask = batch(tok, [prompts[0] * 2 + prompts[0][:40]])
-    ref = reference(model, ids, mask, 32, tok)
     propose, logprobs = FeatureDrafter.propose, FeatureDrafter._draft_logprobs
 
     def seen(self, state, k, branch=None):
         self.seen_state = state
         return propose(self, state, k, branch)
 
-    def two_token_oracle(self, hidden):
+    def oracle(self, hidden):
         out = logprobs(self, hidden)
         length = self.seen_state.length
         if hidden.dim() == 2:  # the root's children: the target's next token first
@@ -265,7 +258,20 @@ def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, 
         return out
 
     monkeypatch.setattr(FeatureDrafter, "propose", seen)
-    monkeypatch.setattr(FeatureDrafter, "_draft_logprobs", two_token_oracle)
+    monkeypatch.setattr(FeatureDrafter, "_draft_logprobs", oracle)
+
+
+def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, monkeypatch):
+    """Where the n-gram continuation starts with the head's own first choices (its best token and that token's best
+    child), it is verified whole beside the tree (nodes + lookup columns; a replacement of the tree's weakest nodes
+    would cap it at nodes - top_k tokens): on text that repeats itself the rounds accept past the tree's depth, and
+    the output stays the target's own. The head here is an oracle for its first two tokens only (the target's greedy
+    tokens, scored first), so the tree alone accepts two tokens per round."""
+    model, tok = embedded["target"]
+    head = make_head(model, None)
+    ids, mask = batch(tok, [prompts[0] * 2 + prompts[0][:40]])
+    ref = reference(model, ids, mask, 32, tok)
+    _two_token_oracle(monkeypatch, ref)
     runs = {lookup: assisted_generate(model, head, ids, mask, max_new_tokens=32, prompt_lookup_num_tokens=lookup,
                                       draft_tree=True, draft_policy="fixed") for lookup in (0, 6)}
     for out in runs.values():
@@ -273,6 +279,50 @@ def test_a_lookup_branch_the_head_endorses_is_verified_whole(embedded, prompts, 
     width = DEFAULT_TREE.nodes + 1
     assert (1, width + 6) in runs[6].metrics.target_shapes and (1, width + 6) not in runs[0].metrics.target_shapes
     assert runs[6].metrics.tau > runs[0].metrics.tau + 0.5
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+def test_the_default_lookup_branch_doubles_while_rounds_accept_it_whole(embedded, prompts, monkeypatch, policy):
+    """The default branch (prompt_lookup_num_tokens unset: HEAD_LOOKUP_TOKENS) doubles after a round that accepted
+    it whole, up to HEAD_LOOKUP_MAX_TOKENS, and goes back after one that did not: on a repetition (the embedded
+    target's greedy loop of a docstring line, continued periodically) the verify widens to nodes + 16 and + 32
+    columns and the rounds accept more than the fixed 8-token branch can; the output is the target's own. An
+    explicit prompt_lookup_num_tokens=8 keeps its length."""
+    from optimum_uag.engine.config import HEAD_LOOKUP_MAX_TOKENS, HEAD_LOOKUP_TOKENS
+    from optimum_uag.engine.drafters import feature
+
+    model, tok = embedded["target"]
+    head = make_head(model, None)
+    ids, mask = batch(tok, [prompts[0] * 4])
+    ref = reference(model, ids, mask, 96, tok)
+    _two_token_oracle(monkeypatch, ref)
+    with_branch, lengths = feature._with_branch, []
+
+    def logged(proposal, chain, chain_valid):
+        lengths.append(chain.shape[1])
+        return with_branch(proposal, chain, chain_valid)
+
+    monkeypatch.setattr(feature, "_with_branch", logged)
+    runs = {}
+    for lookup in (None, HEAD_LOOKUP_TOKENS):
+        lengths.clear()
+        runs[lookup] = assisted_generate(model, head, ids, mask, max_new_tokens=96, prompt_lookup_num_tokens=lookup,
+                                         draft_tree=True, draft_policy=policy)
+        if lookup is None:  # 8, then 16 right after (the 8 accepted whole), then 32
+            grown = list(lengths)
+            first = grown.index(2 * HEAD_LOOKUP_TOKENS)
+            assert grown[first - 1] == HEAD_LOOKUP_TOKENS and HEAD_LOOKUP_MAX_TOKENS in grown[first:]
+        else:
+            assert set(lengths) == {HEAD_LOOKUP_TOKENS}
+    for out in runs.values():
+        assert torch.equal(out.sequences, ref)
+    width = DEFAULT_TREE.nodes + 1
+    shapes = {lookup: {n for _, n in out.metrics.target_shapes} for lookup, out in runs.items()}
+    assert width + HEAD_LOOKUP_TOKENS in shapes[None]
+    assert {width + 2 * HEAD_LOOKUP_TOKENS, width + HEAD_LOOKUP_MAX_TOKENS} <= shapes[None]
+    assert max(n for n in shapes[HEAD_LOOKUP_TOKENS] if n < ids.shape[1]) == width + HEAD_LOOKUP_TOKENS
+    assert runs[None].metrics.target_calls < runs[HEAD_LOOKUP_TOKENS].metrics.target_calls
+    assert runs[None].metrics.tau > runs[HEAD_LOOKUP_TOKENS].metrics.tau + 0.5
 
 
 def test_duplicate_prefixes_share_one_column():

@@ -21,6 +21,9 @@ DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
+# the default lookup branch beside a head's tree doubles after a round that accepted it whole, up to this many
+# tokens, and falls back to HEAD_LOOKUP_TOKENS after one that did not (copying runs long in input-grounded answers)
+HEAD_LOOKUP_MAX_TOKENS = 32
 # transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
 _HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
 # Knobs whose effect this engine does not reproduce: refused unless left at their neutral value. (Logits
@@ -64,6 +67,8 @@ class AssistedConfig:
     # first choices, drafters/feature.py BRANCH_ENDORSE): the n-gram continuation verified whole, beside every node of
     # the tree (eager backends; 0 off)
     tree_branch_nodes: int = 0
+    # the longest that branch grows to (the default lookup: HEAD_LOOKUP_MAX_TOKENS), else tree_branch_nodes
+    tree_branch_max: int = 0
     lookup_is_default: bool = False  # prompt lookup in front of a feature head because none was asked for
 
     @property
@@ -72,7 +77,7 @@ class AssistedConfig:
         lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
         k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
-        nodes = self.tree.nodes + self.tree_branch_nodes if self.tree is not None else 0
+        nodes = self.tree.nodes + max(self.tree_branch_nodes, self.tree_branch_max) if self.tree is not None else 0
         return max(k, self.prompt_lookup_num_tokens or 0, nodes)
 
     @property
@@ -80,7 +85,8 @@ class AssistedConfig:
         """The most draft tokens one round can accept (a tree accepts one path; a lookup branch may be longer)."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
         k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
-        return max(k, self.prompt_lookup_num_tokens or 0, self.tree.depth if self.tree is not None else 0)
+        tree = max(self.tree.depth, self.tree_branch_max) if self.tree is not None else 0
+        return max(k, self.prompt_lookup_num_tokens or 0, tree)
 
 
 def _check_neutral(values: dict) -> None:
@@ -198,6 +204,8 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         tree=tree,
         tree_requested=requested,
         tree_branch_nodes=int(lookup or 0) if tree is not None else 0,
+        tree_branch_max=(max(HEAD_LOOKUP_MAX_TOKENS, int(lookup)) if lookup_is_default and lookup
+                         else int(lookup or 0)) if tree is not None else 0,
         lookup_is_default=lookup_is_default,
         adaptive=adaptive,
         adaptive_requested=policy == "adaptive",

@@ -94,7 +94,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
             warnings.warn("optimum-uag: draft_policy='adaptive' runs on eager CPU / CUDA; with one fixed verify width "
                           f"(HPU graphs, torch_compile) every round drafts K={cfg.num_assistant_tokens}", stacklevel=3)
         cfg.adaptive = False
-        cfg.tree_branch_nodes = 0  # one verify shape per tree: the lookup branch replaces the tree's weakest nodes
+        cfg.tree_branch_nodes = cfg.tree_branch_max = 0  # one verify shape per tree: the lookup branch replaces the
+        # tree's weakest nodes
     if torch_compile:
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
@@ -217,8 +218,9 @@ class _Call:
             first = state.round == 0
             all_done = self._observe(metrics, state, proposal, verdict, n_new, active, finite,
                                      (t1 - t0) + (t4 - t3), t2 - t1, time.perf_counter() - t2 - (t4 - t3), k)
+            if static_k is None:  # eager: drafters catch up on what was committed (a head's block that wide)
+                state.round_max_new = int(self.round_tokens)
             if policy is not None:
-                state.round_max_new = int(self.round_tokens)  # (eager: drafters catch up on what was committed)
                 if not first:
                     policy.observe(k, time.perf_counter() - t0, *self.round_stats)
             schedule.update(self.all_accepted)

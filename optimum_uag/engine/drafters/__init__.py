@@ -47,7 +47,8 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
     if isinstance(assistant_model, FeatureHead):
         width = cfg.max_accepted_tokens + 1  # new true pairs per round, at most
         drafter = FeatureDrafter(assistant_model, model, state, capacity, vocab_size, sampler, threshold, width,
-                                 processors, tree=cfg.tree, branch_nodes=cfg.tree_branch_nodes)
+                                 processors, tree=cfg.tree, branch_nodes=cfg.tree_branch_nodes,
+                                 branch_max=cfg.tree_branch_max)
     elif tokenizer is None and assistant_tokenizer is not None:
         raise ValueError(
             "tokenizer is missing: pass both tokenizer= (the target's) and assistant_tokenizer= (the assistant's), "

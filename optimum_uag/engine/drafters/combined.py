@@ -7,6 +7,11 @@ from ..state import DecodingState, Proposal
 from .base import Drafter, DraftStats
 
 
+# the tree's lookup branch continues a repetition past the row's end (PromptLookupDrafter periodic=True): a small
+# model's greedy loops, and lists or code that repeat a line, are proposed at the branch's full length
+PERIODIC_BRANCH = True
+
+
 class LookupThenDraft(Drafter):
     """Each round, n-gram lookup over the row's own prompt and output; when every active row has a full-length
     match, those candidates are verified and the draft only keeps its state in step (`idle`); otherwise the draft
@@ -21,8 +26,13 @@ class LookupThenDraft(Drafter):
     def propose(self, state: DecodingState, k: int) -> Proposal:
         if getattr(self.inner, "tree", None) is not None and state.round > 0:
             # a draft tree: the n-gram continuation becomes a branch of the same tree (one verify for both)
-            look = self.lookup.propose(state, self.num_lookup_tokens)
-            mine = self.inner.propose(state, k, branch=(look.tokens, look.valid.all(1)))
+            # (a branch verified beside the tree (eager) may grow, and continues a repetition periodically; one that
+            # replaces the tree's weakest nodes keeps the plain continuation)
+            longest = getattr(self.inner, "branch_max", 0)
+            periodic = PERIODIC_BRANCH and longest > 0
+            look = self.lookup.propose(state, max(self.num_lookup_tokens, longest), periodic=periodic)
+            plain = look.record if periodic else look.valid
+            mine = self.inner.propose(state, k, branch=(look.tokens, look.valid, plain))
             return Proposal(mine.tokens, valid=mine.valid, record=("inner", mine), tree=mine.tree)
         look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
         full = look.valid.all(1) | state.done

@@ -68,7 +68,7 @@ class FeatureDrafter(Drafter):
 
     def __init__(self, head: FeatureHead, model, state: DecodingState, capacity: int, vocab_size: int, sampler,
                  confidence_threshold: float | None, width: int, processors=None, tree: TreeShape | None = None,
-                 branch_nodes: int = 0):
+                 branch_nodes: int = 0, branch_max: int = 0):
         check_head_matches(head, model)
         device, dtype = state.tokens.device, model.dtype
         self.head = head.to(device=device, dtype=dtype)
@@ -82,6 +82,13 @@ class FeatureDrafter(Drafter):
         columns = _bucket(capacity + _bucket(max(width, state.prompt_len)) + PROMPT_BUCKET + 1, wide=True)
         self.tree = tree
         self.branch_nodes = branch_nodes  # verify nodes added for a lookup branch the head endorses (0: none)
+        # the branch doubles (up to branch_max) after a round that accepted it whole, back to branch_nodes after one
+        # that did not: a long copy of the request is verified in a few wide rounds, not one 8-token round each
+        self.branch_max = max(branch_max, branch_nodes)
+        self.branch_len = branch_nodes
+        self.branch_whole = None  # (rows that accepted the last verified branch whole).any(), read with the next
+        self.branch_verified = 0  # length of the branch in the round being verified (0: none)
+        self.branch_rows = None  # its rows
         self.scratch = columns  # a tree's nodes keep their keys / values past the slots (depth x top_k of them)
         if tree is not None:
             columns += tree.depth * tree.top_k
@@ -132,9 +139,10 @@ class FeatureDrafter(Drafter):
 
     def _catch_up(self, state: DecodingState) -> None:
         """Write the pairs of true features not yet in the head's cache; leave the output at the last one. One block
-        of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap. Under
-        the adaptive policy (eager backends) the block is as wide as the last drafting round committed: its fixed
-        width there is the longest chain's (9), a head step over 9 positions a row where 1-3 are new."""
+        of the fixed width per round; after the prompt or rounds without a draft, one block as wide as the gap. On
+        eager backends the block is as wide as the last drafting round committed: its fixed width is the longest
+        acceptance (9 for a chain, 33 for a growing lookup branch), a head step over that many positions a row where
+        1-3 are new."""
         if not self.first and state.round_max_new is not None:  # (host ints: the loop read them in its round sync)
             width = min(self.width, max(1, self.pending if self.unread else state.round_max_new)) + self.unread
         else:
@@ -217,18 +225,34 @@ class FeatureDrafter(Drafter):
             frontier = size + 1 + best
             size += children.shape[1]
         extend = None
+        self.branch_verified = 0
+        if branch is not None:
+            # the n-gram continuation (B, L), its valid tokens (continued periodically where the branch can be
+            # verified beside the tree) and those of the plain continuation: a replacement of the tree's weakest
+            # nodes takes rows whose first branch_nodes plain tokens (all of them on static backends) are valid
+            chain, chain_valid, plain_valid = branch
+            n = self.branch_nodes or chain.shape[1]
+            rows = plain_valid[:, :n].all(1)
+            branch = (chain, rows)
         if branch is not None and self.branch_nodes > 0:
             # a lookup continuation whose first BRANCH_ENDORSE tokens are the head's own first choices (its best
             # token, and that token's best child) is verified whole, beside the whole tree (a wider verify in those
             # rounds only): on input-grounded requests the n-gram copies run longer than the nodes - top_k a
             # replacement leaves it (benchmarks/bench_lookup_branch.py). One host read: eager backends only
-            chain, rows = branch
-            endorsed = rows & (chain[:, 0] == pool_tokens[0][:, 0])
+            endorsed = chain_valid[:, :n].all(1) & ~state.done & (chain[:, 0] == pool_tokens[0][:, 0])
             if BRANCH_ENDORSE > 1 and len(pool_tokens) > 1 and chain.shape[1] > 1:
                 endorsed &= chain[:, 1] == pool_tokens[1][:, 0]
-            if bool(endorsed.any()):
-                extend = (chain[:, : self.branch_nodes], endorsed)
+            whole = self.branch_whole if self.branch_whole is not None else endorsed.new_zeros(())
+            any_endorsed, grow = torch.stack([endorsed.any(), whole]).tolist()
+            if self.branch_whole is not None:  # the last verified branch: accepted whole -> twice as long, else back
+                self.branch_len = min(2 * self.branch_len, self.branch_max) if grow else self.branch_nodes
+                self.branch_whole = None
+            if any_endorsed:
+                m = min(self.branch_len, chain.shape[1])
+                extend = (chain[:, :m], chain_valid[:, :m] & endorsed[:, None])
                 branch = (chain, rows & ~endorsed)
+                if m > shape.depth:  # (a round can accept m tokens through the tree alone otherwise)
+                    self.branch_verified, self.branch_rows = m, endorsed
         proposal = self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
         return proposal if extend is None else _with_branch(proposal, *extend)
 
@@ -272,6 +296,10 @@ class FeatureDrafter(Drafter):
     def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         """Keep the verified block's features at their slots (those past a row's accepted tokens are rewritten by
         the next verify before any pair reads them)."""
+        if self.branch_verified:
+            # (n_new, not this rank's verdict: ranks of a multi-card run take the same decision)
+            self.branch_whole = ((n_new > self.branch_verified) & self.branch_rows).any()
+            self.branch_verified = 0
         feats = verdict.features
         slots = (verdict.start[:, None] + torch.arange(feats.shape[1], device=feats.device)).clamp_max(self.columns - 1)
         self.features.scatter_(1, slots[..., None].expand(-1, -1, feats.shape[-1]), feats.to(self.features.dtype))
@@ -287,16 +315,16 @@ class FeatureDrafter(Drafter):
         return DraftStats(shapes=sorted(self.shapes), forwards=self.calls)
 
 
-def _with_branch(proposal: Proposal, chain: torch.Tensor, rows: torch.Tensor) -> Proposal:
-    """The tree with a chain from the root appended as m more nodes (block columns N + 1 .. N + m): verified in
-    `rows`, invalid (never accepted) in the others."""
+def _with_branch(proposal: Proposal, chain: torch.Tensor, chain_valid: torch.Tensor) -> Proposal:
+    """The tree with a chain from the root appended as m more nodes (block columns N + 1 .. N + m): verified where
+    `chain_valid` (B, m), invalid (never accepted) elsewhere."""
     tree, batch, n = proposal.tree, *proposal.tokens.shape
     m, device = chain.shape[1], chain.device
     steps = torch.arange(m, device=device)
     parents = torch.cat([tree.parents, torch.where(steps == 0, 0, n + steps).expand(batch, -1)], 1)
     depths = torch.cat([tree.depths, (steps + 1).expand(batch, -1)], 1)
     valid = proposal.valid if proposal.valid is not None else torch.ones_like(proposal.tokens, dtype=torch.bool)
-    valid = torch.cat([valid, rows[:, None].expand(-1, m)], 1)
+    valid = torch.cat([valid, chain_valid], 1)
     max_depth = max(tree.max_depth, m)
     wide = Tree(parents=parents, depths=depths, ancestors=ancestor_matrix(parents, max_depth), max_depth=max_depth)
     return Proposal(tokens=torch.cat([proposal.tokens, chain], 1), tree=wide, valid=valid)

@@ -14,7 +14,12 @@ class PromptLookupDrafter(Drafter):
     def __init__(self, max_ngram_size: int):
         self.max_ngram_size = max(1, max_ngram_size)
 
-    def propose(self, state: DecodingState, k: int) -> Proposal:
+    def propose(self, state: DecodingState, k: int, periodic: bool = False) -> Proposal:
+        """k tokens per row: those after the latest earlier match of the row's last n-gram (n = max_ngram_size
+        down to 1), invalid where no n-gram matches or the continuation reaches the row's end. With `periodic`, a
+        continuation that reaches the end repeats the span from the match to the end (the text so far is periodic
+        there: `a b c a b` continues `c a b c ...`), so a repetition is proposed at any length; the proposal's
+        `record` is then the plain continuation's validity (B, k)."""
         tokens, length = state.tokens, state.length
         batch, capacity = tokens.shape
         best = torch.full((batch,), -1, dtype=torch.long, device=tokens.device)  # continuation start
@@ -27,9 +32,12 @@ class PromptLookupDrafter(Drafter):
             latest = torch.where(hit, starts, -1).max(1).values
             best = torch.where((best < 0) & (latest >= 0), latest + n, best)
         offsets = torch.arange(k, device=tokens.device)
+        plain = (best[:, None] >= 0) & (best[:, None] + offsets < length[:, None])
+        if periodic:  # the match ends before the row's end: period = length - best >= 1
+            offsets = offsets % (length - best).clamp_min(1)[:, None]
         index = (best.clamp_min(0)[:, None] + offsets).clamp_max(capacity - 1)
         candidates = tokens.gather(1, index)
         valid = (best[:, None] >= 0) & (index < length[:, None])
         last_token = state.window(length - 1, 1)
         candidates = torch.where(valid, candidates, last_token)
-        return Proposal(tokens=candidates, valid=valid)
+        return Proposal(tokens=candidates, valid=valid, record=plain if periodic else None)
