@@ -85,6 +85,28 @@ def target_only_rows(target, gen: dict) -> dict:
             "target-only prepacked": packed}
 
 
+def smollm2_with_head():
+    """The A/B scripts' setup: SmolLM2-135M-Instruct (prepacked by the engine's runners), its shipped head, and the
+    greedy generation options (target, tokenizer, head, options)."""
+    target, tok = load(smollm2())
+    head = load_feature_head(embedded_models()["smollm2_head"])
+    return target, tok, head, dict(do_sample=False, pad_token_id=tok.pad_token_id)
+
+
+def warm_up(rows: dict, tok, tokens: int = 8) -> None:
+    """Each row once on a request no group measures (chat_prompts()[-1]): one-time costs out of the first repeat."""
+    warm = encode(tok, chat_prompts()[-1:])
+    for fn in rows.values():
+        fn(warm, tokens)
+
+
+def print_rows(res: dict, width: int = 28) -> None:
+    for name, row in res["rows"].items():
+        print(f"{name:<{width}}{row['tokens_per_s']:7.1f} tok/s {row['speedup_vs_best_target_only']:6.3f}x "
+              f"{row['speedup_vs_best_target_only_per_repeat']} tau {row.get('tau', float('nan')):.2f} "
+              f"calls {row.get('target_calls')} exact {row.get('exact')}")
+
+
 def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000, encode=encode) -> dict:
     """Every row on every batch of prompts, interleaved (rotating order), `repeats` times; per row: median over the
     repeats of tokens/s and of the ratio to the fastest target-only row of the same repeat."""

@@ -11,13 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from optimum_uag import assisted_generate, embedded_models
+from optimum_uag import assisted_generate
 from optimum_uag.engine import policy
-from optimum_uag.engine.drafters import load_feature_head
-from optimum_uag.models import chat_prompts, smollm2
+from optimum_uag.models import chat_prompts
 
-from bench_feature_head import encode, run_group, target_only_rows
-from bench_smollm2 import load
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
 
 
 def main():
@@ -27,10 +25,8 @@ def main():
     p.add_argument("--max_new_tokens", type=int, default=128)
     p.add_argument("--output", default=None)
     args = p.parse_args()
-    target, tok = load(smollm2())
-    head = load_feature_head(embedded_models()["smollm2_head"])
+    target, tok, head, greedy = smollm2_with_head()
     held = chat_prompts()
-    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
 
     def ours(reach=None, gate=True, **options):
         def fn(enc, m):
@@ -49,15 +45,10 @@ def main():
     rows = {**target_only_rows(target, greedy),
             "reach 2": ours(2), "reach 1": ours(1), "reach 0": ours(0), "gate off, reach 0": ours(0, gate=False),
             "fixed K=2": ours(num_assistant_tokens=2, prompt_lookup_num_tokens=0)}
-    warm = encode(tok, held[-1:])
-    for fn in rows.values():
-        fn(warm, 8)
+    warm_up(rows, tok)
     res = run_group("chat@4", rows, held[: args.prompts], 4, args.max_new_tokens, tok, args.repeats)
     res["shipped_gate_reach"] = policy.GATE_REACH
-    for name, row in res["rows"].items():
-        print(f"{name:<24}{row['tokens_per_s']:7.1f} tok/s {row['speedup_vs_best_target_only']:6.3f}x "
-              f"{row['speedup_vs_best_target_only_per_repeat']} tau {row.get('tau', float('nan')):.2f} "
-              f"calls {row.get('target_calls')} exact {row.get('exact')}")
+    print_rows(res, 24)
     if args.output:
         with open(args.output, "w") as f:
             json.dump(res, f, indent=1)

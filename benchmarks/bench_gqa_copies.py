@@ -12,13 +12,12 @@ import argparse
 import contextlib
 import json
 
-from optimum_uag import assisted_generate, embedded_models
-from optimum_uag.engine.drafters import feature_head, load_feature_head
-from optimum_uag.models import chat_prompts, smollm2
+from optimum_uag import assisted_generate
+from optimum_uag.engine.drafters import feature_head
+from optimum_uag.models import chat_prompts
 from optimum_uag.runners import static
 
-from bench_feature_head import encode, run_group, target_only_rows
-from bench_smollm2 import load
+from bench_feature_head import run_group, smollm2_with_head, target_only_rows, warm_up
 
 
 @contextlib.contextmanager
@@ -39,10 +38,8 @@ def main():
     p.add_argument("--max_new_tokens", type=int, default=128)
     p.add_argument("--output", default=None)
     args = p.parse_args()
-    target, tok = load(smollm2())
-    head = load_feature_head(embedded_models()["smollm2_head"])
+    target, tok, head, greedy = smollm2_with_head()
     held = chat_prompts()
-    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
 
     def ours(with_copies):
         def fn(enc, m):
@@ -53,9 +50,7 @@ def main():
 
     rows = {**target_only_rows(target, greedy),
             "head default": ours(False), "head default, key/value copies": ours(True)}
-    warm = encode(tok, held[-1:])
-    for fn in rows.values():
-        fn(warm, 8)
+    warm_up(rows, tok)
     results = {}
     for batch in (1, 4):
         name = f"chat@{batch}"

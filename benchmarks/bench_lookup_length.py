@@ -19,13 +19,11 @@ import sys
 import optimum_uag.engine.config as engine_config
 import optimum_uag.engine.drafters.combined as combined
 
-from optimum_uag import assisted_generate, embedded_models
-from optimum_uag.engine.drafters import load_feature_head
-from optimum_uag.models import chat_prompts, smollm2
+from optimum_uag import assisted_generate
+from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import encode, run_group, target_only_rows
-from bench_smollm2 import load
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
 
 
 def main():
@@ -41,10 +39,8 @@ def main():
     p.add_argument("--output", default=None)
     p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
     args = p.parse_args()
-    target, tok = load(smollm2())
-    head = load_feature_head(embedded_models()["smollm2_head"])
+    target, tok, head, greedy = smollm2_with_head()
     prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
-    greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
 
     def ours(lookup):
         return lambda enc, m: assisted_generate(target, head, enc["input_ids"], enc["attention_mask"],
@@ -64,13 +60,9 @@ def main():
             **{f"head default, lookup {n}": ours(int(n)) for n in args.lookups.split(",") if n},
             **{f"head default, grows to {n}" + ("" if on == "on" else ", not periodic"): growing(int(n), on == "on")
                for n in args.grow_to.split(",") if n for on in args.periodic.split(",")}}
-    warm = encode(tok, chat_prompts()[-1:])
-    for fn in rows.values():
-        fn(warm, 8)
+    warm_up(rows, tok)
     res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
-    for name, row in res["rows"].items():
-        print(f"{name:<28}{row['tokens_per_s']:7.1f} tok/s {row['speedup_vs_best_target_only']:6.3f}x "
-              f"{row['speedup_vs_best_target_only_per_repeat']} tau {row.get('tau', float('nan')):.2f}")
+    print_rows(res, 40)
     if args.output:
         out = {"groups": {}}
         if args.merge and os.path.exists(args.output):
