@@ -18,6 +18,7 @@ import sys
 
 import optimum_uag.engine.config as engine_config
 import optimum_uag.engine.drafters.combined as combined
+import optimum_uag.engine.drafters.feature as feature
 
 from optimum_uag import assisted_generate
 from optimum_uag.models import chat_prompts
@@ -36,6 +37,8 @@ def main():
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max_new_tokens", type=int, default=128)
+    p.add_argument("--from_prompt", action="store_true", help="also each growing row with growth only after "
+                   "copies of the request (feature.GROW_FROM_PROMPT_ONLY)")
     p.add_argument("--output", default=None)
     p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
     args = p.parse_args()
@@ -46,20 +49,25 @@ def main():
         return lambda enc, m: assisted_generate(target, head, enc["input_ids"], enc["attention_mask"],
                                                 max_new_tokens=m, prompt_lookup_num_tokens=lookup, **greedy)
 
-    def growing(cap, periodic):
+    def growing(cap, periodic, from_prompt=False):
         def run(enc, m):
-            saved = engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH
+            saved = engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH, feature.GROW_FROM_PROMPT_ONLY
             engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH = cap, periodic
+            feature.GROW_FROM_PROMPT_ONLY = from_prompt
             try:
                 return ours(None)(enc, m)
             finally:
-                engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH = saved
+                engine_config.HEAD_LOOKUP_MAX_TOKENS, combined.PERIODIC_BRANCH, feature.GROW_FROM_PROMPT_ONLY = saved
         return run
 
     rows = {**target_only_rows(target, greedy),
             **{f"head default, lookup {n}": ours(int(n)) for n in args.lookups.split(",") if n},
             **{f"head default, grows to {n}" + ("" if on == "on" else ", not periodic"): growing(int(n), on == "on")
-               for n in args.grow_to.split(",") if n for on in args.periodic.split(",")}}
+               for n in args.grow_to.split(",") if n for on in args.periodic.split(",")},
+            **{f"head default, grows to {n}, from the request only" + ("" if on == "on" else ", not periodic"):
+               growing(int(n), on == "on", True)
+               for n in (args.grow_to.split(",") if args.from_prompt else ()) if n and int(n) > 8
+               for on in args.periodic.split(",")}}
     warm_up(rows, tok)
     res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
     print_rows(res, 40)

@@ -363,7 +363,9 @@ def test_a_periodic_lookup_continues_a_repetition_past_the_rows_end():
     assert not periodic.valid[1].any()  # no n-gram repeats
     assert periodic.tokens[2].tolist() == [a] * 7 and periodic.valid[2].all()  # period 1 (`a a` seen at 2)
     assert not periodic.valid[3].any()  # `a` repeats only inside the row's left padding
-    assert periodic.record[0].tolist() == plain.valid[0].tolist()  # the plain continuation's validity
+    plain_valid, start = periodic.record
+    assert plain_valid[0].tolist() == plain.valid[0].tolist()  # the plain continuation's validity, and its start
+    assert start.tolist() == [2, -1, 4, -1]
 
 
 # ------------------------------------------------------------------------------ fused features (EAGLE-3)

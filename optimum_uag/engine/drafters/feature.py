@@ -27,6 +27,9 @@ from .feature_head import FeatureHead, embedding_checksum
 # beside the tree: on SmolLM2 both beat the replacement of the weakest nodes and tie within noise; two widen half as
 # many rounds (6% vs 14% of chat tree rounds; benchmarks/results/lookup_branch.json)
 BRANCH_ENDORSE = 2
+# the lookup branch grows only after whole acceptances of a continuation copied from the request (the prompt), not
+# from the answer so far: an A/B option (benchmarks/bench_lookup_length.py --from_prompt), off
+GROW_FROM_PROMPT_ONLY = False
 
 
 def check_head_matches(head: FeatureHead, model) -> None:
@@ -230,7 +233,7 @@ class FeatureDrafter(Drafter):
             # the n-gram continuation (B, L), its valid tokens (continued periodically where the branch can be
             # verified beside the tree) and those of the plain continuation: a replacement of the tree's weakest
             # nodes takes rows whose first branch_nodes plain tokens (all of them on static backends) are valid
-            chain, chain_valid, plain_valid = branch
+            chain, chain_valid, plain_valid, from_prompt = branch
             n = self.branch_nodes or chain.shape[1]
             rows = plain_valid[:, :n].all(1)
             branch = (chain, rows)
@@ -253,6 +256,8 @@ class FeatureDrafter(Drafter):
                 branch = (chain, rows & ~endorsed)
                 if m > shape.depth:  # (a round can accept m tokens through the tree alone otherwise)
                     self.branch_verified, self.branch_rows = m, endorsed
+                    if GROW_FROM_PROMPT_ONLY and from_prompt is not None:
+                        self.branch_rows = endorsed & from_prompt
         proposal = self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
         return proposal if extend is None else _with_branch(proposal, *extend)
 

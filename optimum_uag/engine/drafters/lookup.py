@@ -19,7 +19,7 @@ class PromptLookupDrafter(Drafter):
         down to 1), invalid where no n-gram matches or the continuation reaches the row's end. With `periodic`, a
         continuation that reaches the end repeats the span from the match to the end (the text so far is periodic
         there: `a b c a b` continues `c a b c ...`), so a repetition is proposed at any length; the proposal's
-        `record` is then the plain continuation's validity (B, k)."""
+        `record` is then (the plain continuation's validity (B, k), its start (B,), -1 where none matched)."""
         tokens, length = state.tokens, state.length
         batch, capacity = tokens.shape
         best = torch.full((batch,), -1, dtype=torch.long, device=tokens.device)  # continuation start
@@ -40,4 +40,4 @@ class PromptLookupDrafter(Drafter):
         valid = (best[:, None] >= 0) & (index < length[:, None])
         last_token = state.window(length - 1, 1)
         candidates = torch.where(valid, candidates, last_token)
-        return Proposal(tokens=candidates, valid=valid, record=plain if periodic else None)
+        return Proposal(tokens=candidates, valid=valid, record=(plain, best) if periodic else None)
