@@ -68,7 +68,7 @@ class AssistedConfig:
     # first choices, drafters/feature.py BRANCH_ENDORSE): the n-gram continuation verified whole, beside every node of
     # the tree (eager backends; 0 off)
     tree_branch_nodes: int = 0
-    # the longest that branch grows to (the default lookup: HEAD_LOOKUP_MAX_TOKENS), else tree_branch_nodes
+    # the longest that branch grows to (the default lookup: HEAD_LOOKUP_MAX_TOKENS), else tree_branch_nodes (>= it)
     tree_branch_max: int = 0
     lookup_is_default: bool = False  # prompt lookup in front of a feature head because none was asked for
 
@@ -78,7 +78,7 @@ class AssistedConfig:
         lookup (with a draft) may propose its own length. Static-shape backends verify this many every round."""
         k = self.num_assistant_tokens if self.schedule == "constant" else self.max_assistant_tokens
         k = max(k, ADAPTIVE_MAX_K) if self.adaptive else k
-        nodes = self.tree.nodes + max(self.tree_branch_nodes, self.tree_branch_max) if self.tree is not None else 0
+        nodes = self.tree.nodes + self.tree_branch_max if self.tree is not None else 0
         return max(k, self.prompt_lookup_num_tokens or 0, nodes)
 
     @property

@@ -32,8 +32,7 @@ class LookupThenDraft(Drafter):
             periodic = PERIODIC_BRANCH and longest > 0
             look = self.lookup.propose(state, max(self.num_lookup_tokens, longest), periodic=periodic)
             plain, start = look.record if periodic else (look.valid, None)
-            from_prompt = start < state.prompt_len if start is not None else None  # (a copy of the request)
-            mine = self.inner.propose(state, k, branch=(look.tokens, look.valid, plain, from_prompt))
+            mine = self.inner.propose(state, k, branch=(look.tokens, look.valid, plain, start))
             return Proposal(mine.tokens, valid=mine.valid, record=("inner", mine), tree=mine.tree)
         look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
         full = look.valid.all(1) | state.done

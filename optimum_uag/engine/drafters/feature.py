@@ -233,7 +233,7 @@ class FeatureDrafter(Drafter):
             # the n-gram continuation (B, L), its valid tokens (continued periodically where the branch can be
             # verified beside the tree) and those of the plain continuation: a replacement of the tree's weakest
             # nodes takes rows whose first branch_nodes plain tokens (all of them on static backends) are valid
-            chain, chain_valid, plain_valid, from_prompt = branch
+            chain, chain_valid, plain_valid, start = branch  # (start: where each row's continuation begins)
             n = self.branch_nodes or chain.shape[1]
             rows = plain_valid[:, :n].all(1)
             branch = (chain, rows)
@@ -256,8 +256,8 @@ class FeatureDrafter(Drafter):
                 branch = (chain, rows & ~endorsed)
                 if m > shape.depth:  # (a round can accept m tokens through the tree alone otherwise)
                     self.branch_verified, self.branch_rows = m, endorsed
-                    if GROW_FROM_PROMPT_ONLY and from_prompt is not None:
-                        self.branch_rows = endorsed & from_prompt
+                    if GROW_FROM_PROMPT_ONLY and start is not None:  # (a copy of the request)
+                        self.branch_rows = endorsed & (start < state.prompt_len)
         proposal = self._select(pool_tokens, pool_scores, pool_parents, pool_depths, shape, branch)
         return proposal if extend is None else _with_branch(proposal, *extend)
 
