@@ -71,6 +71,7 @@ def build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, state,
                                    sampler, threshold, cfg, runner_factory)
     if cfg.prompt_lookup_num_tokens and not isinstance(drafter, ModelDrafter):
         # (a same-tokenizer draft model trusts its cache of its own drafted tokens: lookup rounds would stale it)
+        datastore = getattr(assistant_model, "datastore", None) if cfg.tree is not None else None
         return LookupThenDraft(PromptLookupDrafter(cfg.max_matching_ngram_size), drafter,
-                               cfg.prompt_lookup_num_tokens)
+                               cfg.prompt_lookup_num_tokens, datastore=datastore)
     return drafter

@@ -10,6 +10,10 @@ from .base import Drafter, DraftStats
 # the tree's lookup branch continues a repetition past the row's end (PromptLookupDrafter periodic=True): a small
 # model's greedy loops, and lists or code that repeat a line, are proposed at the branch's full length
 PERIODIC_BRANCH = True
+# where the tree's lookup branch comes from the datastore of the target's own answers (a head directory's
+# datastore.npy), rather than from the row's own prompt and output: "fallback" where the row has no n-gram match,
+# "longer" also where the datastore's match is longer than the row's (an A/B option), None: never
+DATASTORE_POLICY = "fallback"
 
 
 class LookupThenDraft(Drafter):
@@ -18,8 +22,10 @@ class LookupThenDraft(Drafter):
     proposes, and with greedy decoding each row takes the lookup's candidates where its match is full-length.
     (With sampling the whole batch takes one kind: a lookup proposal has no draft distribution.)"""
 
-    def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int):
+    def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int, datastore=None):
         self.lookup, self.inner, self.num_lookup_tokens = lookup, inner, num_lookup_tokens
+        self.datastore = datastore  # a Datastore of the target's own answers (tree branches only), or None
+        self.datastore_rounds = 0  # rounds where some row's branch came from the datastore
         self.needs_features = inner.needs_features
         self.feature_layers = getattr(inner, "feature_layers", ())
 
@@ -32,6 +38,8 @@ class LookupThenDraft(Drafter):
             periodic = PERIODIC_BRANCH and longest > 0
             look = self.lookup.propose(state, max(self.num_lookup_tokens, longest), periodic=periodic)
             plain, start = look.record if periodic else (look.valid, None)
+            if self.datastore is not None and DATASTORE_POLICY:
+                look, plain, start = self._from_datastore(state, look, plain, start)
             mine = self.inner.propose(state, k, branch=(look.tokens, look.valid, plain, start))
             return Proposal(mine.tokens, valid=mine.valid, record=("inner", mine), tree=mine.tree)
         look = self.lookup.propose(state, max(k, self.num_lookup_tokens))
@@ -48,6 +56,24 @@ class LookupThenDraft(Drafter):
         mine_valid = mine.valid if mine.valid is not None else torch.ones_like(mine.tokens, dtype=torch.bool)
         valid = torch.where(full[:, None], _widen(look.valid, width, False), _widen(mine_valid, width, False))
         return Proposal(tokens, valid=valid, record=("inner", mine))
+
+    def _from_datastore(self, state: DecodingState, look: Proposal, plain, start):
+        """The branch of rows without an n-gram match of their own (DATASTORE_POLICY "longer": or with a shorter
+        one) taken from the datastore's continuation of their last tokens."""
+        width = look.tokens.shape[1]
+        tokens, valid, n = self.datastore.propose(state.tokens, state.length, state.pad, width)
+        own = self.lookup.matched if getattr(self.lookup, "matched", None) is not None else look.valid[:, 0].long()
+        use = (n > 0) & ((own == 0) | ((n > own) if DATASTORE_POLICY == "longer" else False)) & ~state.done
+        if not bool(use.any()):
+            return look, plain, start
+        self.datastore_rounds += 1
+        tokens = torch.where(valid, tokens, state.window(state.length - 1, 1).expand(-1, width))
+        chain = torch.where(use[:, None], tokens, look.tokens)
+        chain_valid = torch.where(use[:, None], valid, look.valid)
+        plain = torch.where(use[:, None], valid, plain)
+        if start is not None:  # (a continuation from the datastore is not a copy of the request)
+            start = torch.where(use, state.tokens.shape[1], start)
+        return Proposal(tokens=chain, valid=chain_valid, record=look.record), plain, start
 
     def commit(self, state: DecodingState, proposal: Proposal, verdict, n_new: torch.Tensor) -> None:
         kind, record = proposal.record

@@ -13,6 +13,7 @@ class PromptLookupDrafter(Drafter):
 
     def __init__(self, max_ngram_size: int):
         self.max_ngram_size = max(1, max_ngram_size)
+        self.matched = None  # (B,) the n of each row's match in the last proposal (0: none)
 
     def propose(self, state: DecodingState, k: int, periodic: bool = False) -> Proposal:
         """k tokens per row: those after the latest earlier match of the row's last n-gram (n = max_ngram_size
@@ -23,6 +24,7 @@ class PromptLookupDrafter(Drafter):
         tokens, length = state.tokens, state.length
         batch, capacity = tokens.shape
         best = torch.full((batch,), -1, dtype=torch.long, device=tokens.device)  # continuation start
+        matched = torch.zeros_like(best)
         for n in range(self.max_ngram_size, 0, -1):
             last = state.window((length - n).clamp_min(0), n)
             windows = tokens.unfold(1, n, 1)  # (B, capacity - n + 1, n)
@@ -30,7 +32,10 @@ class PromptLookupDrafter(Drafter):
             hit = (windows == last[:, None]).all(-1)
             hit &= (starts >= state.pad[:, None]) & (starts + n < length[:, None]) & ((length - n) >= state.pad)[:, None]
             latest = torch.where(hit, starts, -1).max(1).values
-            best = torch.where((best < 0) & (latest >= 0), latest + n, best)
+            found = (best < 0) & (latest >= 0)
+            best = torch.where(found, latest + n, best)
+            matched = torch.where(found, n, matched)
+        self.matched = matched
         offsets = torch.arange(k, device=tokens.device)
         plain = (best[:, None] >= 0) & (best[:, None] + offsets < length[:, None])
         if periodic:  # the match ends before the row's end: period = length - best >= 1

@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""A/B of the lookup branch's source beside the head's tree: the row's own prompt and output (prompt lookup) alone,
+or also a datastore of SmolLM2's own answers to other requests (drafters/datastore.py, REST-style retrieval) where the
+row has no n-gram match of its own (`fallback`) or a shorter one (`longer`). SmolLM2-135M-Instruct + its head, fp32,
+batch 1, held-out requests, rows interleaved per request (bench_feature_head.run_group), median of the repeats, ratios
+against the prepacked target-only row.
+
+    python examples/answer_smollm2.py --pool head --output W/head.jsonl --minutes 20
+    python benchmarks/bench_datastore.py --answers W/head.jsonl --group chat --repeats 2
+
+`--answers` takes answer files ({"prompt", "answer"} lines) or a datastore.npy; with none, the shipped head's own
+datastore (if its directory has one) is the "datastore" row's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import optimum_uag.engine.drafters.combined as combined
+
+from optimum_uag import assisted_generate
+from optimum_uag.engine.drafters.datastore import Datastore, tokenize_answers
+from optimum_uag.models import chat_prompts
+from optimum_uag.models.prompt_sets import grounded_chat_prompts
+
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+
+
+def load_datastore(paths, tok, max_ngram):
+    if len(paths) == 1 and paths[0].endswith(".npy"):
+        return Datastore.load(paths[0], max_ngram=max_ngram)
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return Datastore(tokenize_answers(tok, rows), max_ngram=max_ngram)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", choices=("grounded", "chat"), default="chat")
+    p.add_argument("--answers", action="append", default=[], help="answer files (.jsonl) or one datastore.npy")
+    p.add_argument("--policies", default="fallback,longer", help="datastore rows (combined.DATASTORE_POLICY)")
+    p.add_argument("--max_ngram", type=int, default=4)
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--offset", type=int, default=0, help="first request of the group")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max_new_tokens", type=int, default=128)
+    p.add_argument("--output", default=None)
+    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
+    args = p.parse_args()
+    target, tok, head, greedy = smollm2_with_head()
+    store = load_datastore(args.answers, tok, args.max_ngram) if args.answers else head.datastore
+    if store is None:
+        p.error("no datastore: pass --answers (answer files or a datastore.npy)")
+    print(f"datastore: {len(store)} tokens, n-grams {store.min_ngram}..{store.max_ngram}", flush=True)
+    group = grounded_chat_prompts() if args.group == "grounded" else chat_prompts()
+    prompts = group[args.offset : args.offset + args.prompts]
+
+    def row(policy):
+        def run(enc, m):
+            saved = head.datastore, combined.DATASTORE_POLICY
+            head.datastore, combined.DATASTORE_POLICY = (store if policy else None), policy
+            try:
+                return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
+                                         **greedy)
+            finally:
+                head.datastore, combined.DATASTORE_POLICY = saved
+        return run
+
+    rows = {**target_only_rows(target, greedy), "head default, no datastore": row(None),
+            **{f"head default, datastore {policy}": row(policy) for policy in args.policies.split(",") if policy}}
+    warm_up(rows, tok)
+    res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
+    res["datastore_tokens"] = len(store)
+    print_rows(res, 36)
+    if args.output:
+        out = {"groups": {}}
+        if args.merge and os.path.exists(args.output):
+            with open(args.output) as f:
+                out = json.load(f)
+        out["groups"][f"{args.group}@1"] = {
+            "command": "python benchmarks/bench_datastore.py " + " ".join(sys.argv[1:]), **res}
+        with open(args.output, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

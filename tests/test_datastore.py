@@ -1,0 +1,106 @@
+"""The datastore of the target's own answers (drafters/datastore.py): n-gram retrieval (the longest n-gram first, the
+continuation most matches share, documents kept apart), its file in a head directory, and the lookup branch it feeds
+beside the head's tree: longer acceptances where it knows the continuation, the target's own output always."""
+import numpy as np
+import pytest
+import torch
+
+import optimum_uag.engine.drafters.combined as combined
+from optimum_uag import assisted_generate
+from optimum_uag.engine.config import DEFAULT_TREE
+from optimum_uag.engine.drafters.datastore import DATASTORE_FILE, Datastore
+
+from test_engine import batch, reference
+from test_feature_drafter import make_head
+from test_tree import _two_token_oracle
+
+
+def test_the_longest_ngram_decides_and_the_majority_continues():
+    store = Datastore([[1, 2, 3, 4, 5, 6], [9, 2, 3, 4, 5, 7], [2, 3, 4, 5, 6, 8], [7, 3, 4, 9]], max_ngram=4)
+    # [2, 3, 4] (n = 3) matches three documents: 5, then 6 (two of three), then 8 (the one still agreeing)
+    assert store.continuation([0, 2, 3, 4], 5) == ([5, 6, 8], 3)
+    # [3, 4] (n = 2) also matches the fourth document: 5 is still the majority
+    assert store.continuation([8, 8, 3, 4], 2) == ([5, 6], 2)
+    # a continuation stops at its document's end (no token of the next document)
+    assert store.continuation([4, 5, 6], 4) == ([8], 3)
+    # no n-gram of min_ngram (2) or more: nothing
+    assert store.continuation([7, 7], 3) == ([], 0)
+    assert store.continuation([4], 3) == ([], 0)
+    # a match at a document's very end has no continuation: a shorter n-gram that has one is taken
+    assert store.continuation([2, 5, 6, 8], 2) == ([], 0)
+    assert store.continuation([0, 4, 5, 6], 2) == ([8], 3)
+
+
+def test_propose_reads_each_rows_own_tokens_after_its_padding():
+    store = Datastore([[1, 2, 3, 4, 5, 6]], max_ngram=4)
+    tokens = torch.tensor([[0, 0, 2, 3, 0, 0], [3, 1, 2, 0, 0, 0], [0, 0, 0, 9, 0, 0]])
+    length, pad = torch.tensor([4, 3, 4]), torch.tensor([2, 0, 3])
+    cand, valid, n = store.propose(tokens, length, pad, 3)
+    assert cand[0].tolist() == [4, 5, 6] and valid[0].all() and n[0] == 2
+    assert cand[1].tolist() == [3, 4, 5] and n[1] == 2  # [1, 2]
+    assert not valid[2].any() and n[2] == 0  # one token of its own: the padding zeros never count
+
+
+def test_a_large_vocabulary_packs_fewer_tokens_a_key():
+    store = Datastore([[70000, 70001, 70002, 70003]], max_ngram=4)
+    assert store.key_tokens == 3 and store.max_ngram == 3
+    assert store.continuation([70000, 70001], 2) == ([70002, 70003], 2)
+
+
+def test_a_head_directory_keeps_its_datastore(embedded, tmp_path):
+    from optimum_uag.engine.drafters.feature_head import load_feature_head, save_feature_head
+
+    model, _ = embedded["target"]
+    head = make_head(model, None)
+    head.datastore = Datastore([[5, 6, 7, 8], [5, 6, 9]])
+    save_feature_head(head, tmp_path)
+    assert (tmp_path / DATASTORE_FILE).exists()
+    loaded = load_feature_head(tmp_path)
+    assert np.array_equal(loaded.datastore.tokens, head.datastore.tokens)
+    assert loaded.datastore.continuation([5, 6], 2) == head.datastore.continuation([5, 6], 2)
+    head.datastore = None
+    save_feature_head(head, tmp_path / "plain")
+    assert load_feature_head(tmp_path / "plain").datastore is None
+
+
+@pytest.mark.parametrize("policy", ["fallback", "longer"])
+def test_a_datastore_that_knows_the_answer_lengthens_the_branch(embedded, prompts, monkeypatch, policy):
+    """The datastore holds the target's own greedy answer to this request (another request's answer in a real
+    datastore): its continuation is verified as the tree's lookup branch where the row's own n-gram lookup has none
+    ("fallback") or a shorter one ("longer"), so rounds accept past the tree's depth; the output is the target's own.
+    The head is an oracle for its first two tokens (it endorses every true branch)."""
+    model, tok = embedded["target"]
+    head = make_head(model, None)
+    ids, mask = batch(tok, [prompts[1]])
+    ref = reference(model, ids, mask, 32, tok)
+    _two_token_oracle(monkeypatch, ref)
+    monkeypatch.setattr(combined, "DATASTORE_POLICY", policy)
+    answer = ref[0, ids.shape[1] - 4 :].tolist()
+    runs = {}
+    for name, store in {"none": None, "answer": Datastore([answer])}.items():
+        head.datastore = store
+        runs[name] = assisted_generate(model, head, ids, mask, max_new_tokens=32, draft_tree=True,
+                                       draft_policy="fixed", max_matching_ngram_size=1 if policy == "fallback" else 2)
+    for out in runs.values():
+        assert torch.equal(out.sequences, ref)
+    width = DEFAULT_TREE.nodes + 1
+    assert any(n > width for _, n in runs["answer"].metrics.target_shapes)
+    assert runs["answer"].metrics.target_calls < runs["none"].metrics.target_calls
+    assert runs["answer"].metrics.tau > runs["none"].metrics.tau + 0.5
+
+
+@pytest.mark.parametrize("draft_policy", ["fixed", "adaptive"])
+def test_a_misleading_datastore_keeps_a_batch_exact(embedded, prompts, draft_policy, monkeypatch):
+    """A datastore of wrong continuations (the target's answers with every token shifted, and answers to other
+    requests) on a left-padded batch with the real (untrained) head: the output is still the target's own."""
+    model, tok = embedded["target"]
+    monkeypatch.setattr(combined, "DATASTORE_POLICY", "longer")
+    head = make_head(model, None)
+    ids, mask = batch(tok, [prompts[0], prompts[2][:30]])
+    ref = reference(model, ids, mask, 24, tok)
+    vocab = model.config.vocab_size
+    true = [row[ids.shape[1] - 6 :] for row in ref.tolist()]
+    wrong = [t[:3] + [(x + 1) % vocab for x in t[3:]] for t in true]
+    head.datastore = Datastore(wrong + [ref[1].tolist()[::-1]])
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=24, draft_tree=True, draft_policy=draft_policy)
+    assert torch.equal(out.sequences, ref)
