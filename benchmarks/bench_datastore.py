@@ -42,7 +42,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("grounded", "chat"), default="chat")
     p.add_argument("--answers", action="append", default=[], help="answer files (.jsonl) or one datastore.npy")
-    p.add_argument("--policies", default="fallback,longer", help="datastore rows (combined.DATASTORE_POLICY)")
+    p.add_argument("--policies", default="fallback,longer,longer-endorsed",
+                   help="datastore rows: combined.DATASTORE_POLICY, '-endorsed': DATASTORE_REPLACES off")
     p.add_argument("--max_ngram", type=int, default=4)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--offset", type=int, default=0, help="first request of the group")
@@ -61,13 +62,15 @@ def main():
 
     def row(policy):
         def run(enc, m):
-            saved = head.datastore, combined.DATASTORE_POLICY
-            head.datastore, combined.DATASTORE_POLICY = (store if policy else None), policy
+            saved = head.datastore, combined.DATASTORE_POLICY, combined.DATASTORE_REPLACES
+            head.datastore = store if policy else None
+            combined.DATASTORE_POLICY = policy.split("-")[0] if policy else None
+            combined.DATASTORE_REPLACES = not (policy or "").endswith("-endorsed")
             try:
                 return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
                                          **greedy)
             finally:
-                head.datastore, combined.DATASTORE_POLICY = saved
+                head.datastore, combined.DATASTORE_POLICY, combined.DATASTORE_REPLACES = saved
         return run
 
     rows = {**target_only_rows(target, greedy), "head default, no datastore": row(None),

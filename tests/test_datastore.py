@@ -104,3 +104,50 @@ def test_a_misleading_datastore_keeps_a_batch_exact(embedded, prompts, draft_pol
     head.datastore = Datastore(wrong + [ref[1].tolist()[::-1]])
     out = assisted_generate(model, head, ids, mask, max_new_tokens=24, draft_tree=True, draft_policy=draft_policy)
     assert torch.equal(out.sequences, ref)
+
+
+def test_build_datastore_writes_the_answers_beside_a_head(embedded, tmp_path):
+    """`optimum-uag build-datastore --head D` keeps the answers of {"prompt", "answer"} records and the assistant turns
+    of {"messages"} ones (never the requests) in D/datastore.npy, which load_feature_head reads (the embedded target
+    has no chat template: the answers as plain text); a directory that is not a head is one clear line."""
+    import json
+
+    from optimum_uag.cli import main
+    from optimum_uag.engine.drafters.feature_head import load_feature_head, save_feature_head
+
+    model, tok = embedded["target"]
+    save_feature_head(make_head(model, None), tmp_path / "head")
+    data = tmp_path / "answers.jsonl"
+    rows = [{"prompt": "Say hello.", "answer": "hello world, hello again"},
+            {"messages": [{"role": "user", "content": "Count."}, {"role": "assistant", "content": "one two three"}]}]
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    assert main(["build-datastore", "--model_name_or_path", "target", "--dataset_name", str(data),
+                 "--head", str(tmp_path / "head")]) == 0
+    store = load_feature_head(tmp_path / "head").datastore
+    corpus = store.tokens[: len(store)].tolist()
+    for text in ("hello world, hello again", "one two three"):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert any(corpus[i : i + len(ids)] == ids for i in range(len(corpus))), text
+    request = tok("Say hello.", add_special_tokens=False)["input_ids"]
+    assert not any(corpus[i : i + len(request)] == request for i in range(len(corpus)))
+    with pytest.raises(SystemExit, match="not a feature-head directory"):
+        main(["build-datastore", "--model_name_or_path", "target", "--dataset_name", str(data),
+              "--head", str(tmp_path)])
+
+
+def test_answer_spans_keep_the_assistant_turns_as_the_chat_template_tokenizes_them():
+    from optimum_uag import load_embedded
+    from optimum_uag.cli.datastore import answer_spans
+    from optimum_uag.cli.train_draft import token_sequences
+
+    from test_cli import CHAT_TEMPLATE
+
+    _, tok = load_embedded("target")
+    tok.chat_template = CHAT_TEMPLATE
+    records = [{"prompt": "Add two numbers.", "answer": "def add(a, b):\n    return a + b"},
+               {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."},
+                             {"role": "user", "content": "Color?"}, {"role": "assistant", "content": "Blue, sky blue."}]}]
+    docs = answer_spans(token_sequences(records, tok, "text", 256))
+    texts = [tok.decode(d) for d in docs]
+    assert len(docs) == 3 and "def add(a, b)" in texts[0] and "Hello there." in texts[1] and "sky blue" in texts[2]
+    assert not any("Add two" in t or "Color?" in t or "Hi" == t for t in texts)

@@ -14,6 +14,9 @@ PERIODIC_BRANCH = True
 # datastore.npy), rather than from the row's own prompt and output: "fallback" where the row has no n-gram match,
 # "longer" also where the datastore's match is longer than the row's (an A/B option), None: never
 DATASTORE_POLICY = "fallback"
+# a datastore continuation may also replace the tree's weakest nodes where the head does not endorse it (as the row's
+# own n-gram continuation does); False: it is only verified whole beside the tree, where the head endorses it
+DATASTORE_REPLACES = True
 
 
 class LookupThenDraft(Drafter):
@@ -38,7 +41,7 @@ class LookupThenDraft(Drafter):
             periodic = PERIODIC_BRANCH and longest > 0
             look = self.lookup.propose(state, max(self.num_lookup_tokens, longest), periodic=periodic)
             plain, start = look.record if periodic else (look.valid, None)
-            if self.datastore is not None and DATASTORE_POLICY:
+            if self.datastore is not None and DATASTORE_POLICY and longest > 0:  # (eager backends: one host read)
                 look, plain, start = self._from_datastore(state, look, plain, start)
             mine = self.inner.propose(state, k, branch=(look.tokens, look.valid, plain, start))
             return Proposal(mine.tokens, valid=mine.valid, record=("inner", mine), tree=mine.tree)
@@ -70,7 +73,7 @@ class LookupThenDraft(Drafter):
         tokens = torch.where(valid, tokens, state.window(state.length - 1, 1).expand(-1, width))
         chain = torch.where(use[:, None], tokens, look.tokens)
         chain_valid = torch.where(use[:, None], valid, look.valid)
-        plain = torch.where(use[:, None], valid, plain)
+        plain = torch.where(use[:, None], valid & DATASTORE_REPLACES, plain)
         if start is not None:  # (a continuation from the datastore is not a copy of the request)
             start = torch.where(use, state.tokens.shape[1], start)
         return Proposal(tokens=chain, valid=chain_valid, record=look.record), plain, start
