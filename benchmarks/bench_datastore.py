@@ -6,10 +6,10 @@ batch 1, held-out requests, rows interleaved per request (bench_feature_head.run
 against the prepacked target-only row.
 
     python examples/answer_smollm2.py --pool head --output W/head.jsonl --minutes 20
-    python benchmarks/bench_datastore.py --answers W/head.jsonl --group chat --repeats 2
+    optimum-uag build-datastore --model_name_or_path smollm2 --dataset_name W/head.jsonl --output W/head.npy
+    python benchmarks/bench_datastore.py --datastore W/head.npy --group chat --repeats 2
 
-`--answers` takes answer files ({"prompt", "answer"} lines) or a datastore.npy; with none, the shipped head's own
-datastore (if its directory has one) is the "datastore" row's.
+Without --datastore, the shipped head's own (its directory's datastore.npy) is the datastore rows'.
 """
 from __future__ import annotations
 
@@ -21,27 +21,17 @@ import sys
 import optimum_uag.engine.drafters.combined as combined
 
 from optimum_uag import assisted_generate
-from optimum_uag.engine.drafters.datastore import Datastore, tokenize_answers
+from optimum_uag.engine.drafters.datastore import Datastore
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
 from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
 
 
-def load_datastore(paths, tok, max_ngram):
-    if len(paths) == 1 and paths[0].endswith(".npy"):
-        return Datastore.load(paths[0], max_ngram=max_ngram)
-    rows = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            rows += [json.loads(line) for line in f if line.strip()]
-    return Datastore(tokenize_answers(tok, rows), max_ngram=max_ngram)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("grounded", "chat"), default="chat")
-    p.add_argument("--answers", action="append", default=[], help="answer files (.jsonl) or one datastore.npy")
+    p.add_argument("--datastore", default=None, help="a datastore.npy (optimum-uag build-datastore --output)")
     p.add_argument("--policies", default="fallback,longer,longer-endorsed",
                    help="datastore rows: combined.DATASTORE_POLICY, '-endorsed': DATASTORE_REPLACES off")
     p.add_argument("--max_ngram", type=int, default=4)
@@ -53,9 +43,9 @@ def main():
     p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
-    store = load_datastore(args.answers, tok, args.max_ngram) if args.answers else head.datastore
+    store = Datastore.load(args.datastore, max_ngram=args.max_ngram) if args.datastore else head.datastore
     if store is None:
-        p.error("no datastore: pass --answers (answer files or a datastore.npy)")
+        p.error("no datastore: pass --datastore (optimum-uag build-datastore --output makes one)")
     print(f"datastore: {len(store)} tokens, n-grams {store.min_ngram}..{store.max_ngram}", flush=True)
     group = grounded_chat_prompts() if args.group == "grounded" else chat_prompts()
     prompts = group[args.offset : args.offset + args.prompts]

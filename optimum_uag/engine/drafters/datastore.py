@@ -111,7 +111,3 @@ class Datastore:
         device = tokens.device
         return out.to(device), valid.to(device), matched.to(device)
 
-
-def tokenize_answers(tokenizer, rows) -> list[list[int]]:
-    """The answers of {"prompt", "answer"} rows as the target's token ids (no special tokens), one list each."""
-    return [tokenizer(r["answer"], add_special_tokens=False)["input_ids"] for r in rows if r.get("answer")]
