@@ -151,3 +151,36 @@ def test_answer_spans_keep_the_assistant_turns_as_the_chat_template_tokenizes_th
     texts = [tok.decode(d) for d in docs]
     assert len(docs) == 3 and "def add(a, b)" in texts[0] and "Hello there." in texts[1] and "sky blue" in texts[2]
     assert not any("Add two" in t or "Color?" in t or "Hi" == t for t in texts)
+
+
+def test_tree_sampling_with_a_datastore_branch_keeps_the_target_distribution(monkeypatch):
+    """Sampling over the head's tree with the lookup branch taken from a datastore (deterministic continuations, no
+    draft distribution, as prompt lookup's): the joint distribution of the first two new tokens is the target's own
+    (chi-square, p > 0.01)."""
+    from test_engine import _chi2, _joint_first_two, _sharp_llama
+
+    from optimum_uag.engine.sampling import LogitsWarper
+
+    vocab, n = 8, 6000
+    model = _sharp_llama(vocab, 0, 4.0)
+    head = make_head(model, 6, seed=3)
+    gen = torch.Generator().manual_seed(7)
+    head.datastore = Datastore([torch.randint(0, vocab, (24,), generator=gen).tolist() for _ in range(40)])
+    monkeypatch.setattr(combined, "DATASTORE_POLICY", "longer")
+    used = []
+    propose = Datastore.propose
+
+    def counted(self, *args):
+        out = propose(self, *args)
+        used.append(int(out[1][:, 0].sum()))
+        return out
+
+    monkeypatch.setattr(Datastore, "propose", counted)
+    prompt = torch.tensor([[1, 2, 3, 1, 2]])
+    expected = _joint_first_two(model, prompt, LogitsWarper(1.0, 0, 1.0))
+    torch.manual_seed(4321)
+    out = assisted_generate(model, head, prompt.repeat(n, 1), max_new_tokens=3, do_sample=True, eos_token_id=None,
+                            tree_depth=3, tree_top_k=2, tree_nodes=6, draft_policy="fixed")
+    assert used and max(used) > n // 2  # most rows had a datastore continuation
+    samples = (out.sequences[:, 5] * vocab + out.sequences[:, 6]).numpy()
+    assert _chi2(samples, expected, n) > 0.01

@@ -78,6 +78,11 @@ class Datastore:
             out = []
             alive = np.ones(len(starts), dtype=bool)
             for j in range(length):
+                if alive.sum() == 1:  # one match left: the rest of its document
+                    rest = span[alive][0, j:]
+                    stop = np.flatnonzero(rest == self.sep)
+                    out += rest[: stop[0] if stop.size else len(rest)].tolist()
+                    break
                 column = span[alive, j]
                 column = column[column != self.sep]
                 if column.size == 0:
