@@ -1,15 +1,14 @@
 #!/usr/bin/env python
 """A/B of the lookup branch's source beside the head's tree: the row's own prompt and output (prompt lookup) alone,
 or also a datastore of SmolLM2's own answers to other requests (drafters/datastore.py, REST-style retrieval) where the
-row has no n-gram match of its own (`fallback`) or a shorter one (`longer`). SmolLM2-135M-Instruct + its head, fp32,
-batch 1, held-out requests, rows interleaved per request (bench_feature_head.run_group), median of the repeats, ratios
-against the prepacked target-only row.
+row has no n-gram match of its own (`fallback`) or a shorter one (`longer`; `-endorsed`: a datastore continuation is
+only verified whole beside the tree where the head endorses it, never in place of the tree's weakest nodes).
+SmolLM2-135M-Instruct + its head, fp32, batch 1, held-out requests, rows interleaved per request
+(bench_feature_head.run_group), median of the repeats, ratios against the fastest target-only row.
 
     python examples/answer_smollm2.py --pool head --output W/head.jsonl --minutes 20
-    optimum-uag build-datastore --model_name_or_path smollm2 --dataset_name W/head.jsonl --output W/head.npy
-    python benchmarks/bench_datastore.py --datastore W/head.npy --group chat --repeats 2
-
-Without --datastore, the shipped head's own (its directory's datastore.npy) is the datastore rows'.
+    python benchmarks/bench_datastore.py --answers W/head.jsonl --group chat --repeats 2
+    python benchmarks/bench_datastore.py --answers W/head.jsonl --group chat --repeats 1 --draft_policy fixed
 """
 from __future__ import annotations
 
@@ -21,7 +20,8 @@ import sys
 import optimum_uag.engine.drafters.combined as combined
 
 from optimum_uag import assisted_generate
-from optimum_uag.engine.drafters.datastore import Datastore
+from optimum_uag.cli.train_draft import read_records, token_sequences
+from optimum_uag.engine.drafters.datastore import Datastore, answer_spans
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
@@ -31,7 +31,10 @@ from bench_feature_head import print_rows, run_group, smollm2_with_head, target_
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("grounded", "chat"), default="chat")
-    p.add_argument("--datastore", default=None, help="a datastore.npy (optimum-uag build-datastore --output)")
+    p.add_argument("--answers", action="append", required=True,
+                   help="answer files ({'prompt', 'answer'} lines, examples/answer_smollm2.py), repeatable")
+    p.add_argument("--draft_policy", default=None, help="'fixed': every round drafts (tau without the adaptive "
+                   "policy's choices); default: the adaptive policy")
     p.add_argument("--policies", default="fallback,longer,longer-endorsed",
                    help="datastore rows: combined.DATASTORE_POLICY, '-endorsed': DATASTORE_REPLACES off")
     p.add_argument("--max_ngram", type=int, default=4)
@@ -43,9 +46,8 @@ def main():
     p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
-    store = Datastore.load(args.datastore, max_ngram=args.max_ngram) if args.datastore else head.datastore
-    if store is None:
-        p.error("no datastore: pass --datastore (optimum-uag build-datastore --output makes one)")
+    records = read_records(args.answers, None)
+    store = Datastore(answer_spans(token_sequences(records, tok, "text", 10**6)), max_ngram=args.max_ngram)
     print(f"datastore: {len(store)} tokens, n-grams {store.min_ngram}..{store.max_ngram}", flush=True)
     group = grounded_chat_prompts() if args.group == "grounded" else chat_prompts()
     prompts = group[args.offset : args.offset + args.prompts]
@@ -58,7 +60,7 @@ def main():
             combined.DATASTORE_REPLACES = not (policy or "").endswith("-endorsed")
             try:
                 return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
-                                         **greedy)
+                                         draft_policy=args.draft_policy, **greedy)
             finally:
                 head.datastore, combined.DATASTORE_POLICY, combined.DATASTORE_REPLACES = saved
         return run
@@ -67,14 +69,22 @@ def main():
             **{f"head default, datastore {policy}": row(policy) for policy in args.policies.split(",") if policy}}
     warm_up(rows, tok)
     res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
-    res["datastore_tokens"] = len(store)
+    res["datastore_tokens"], res["answers"] = len(store), len(records)
+    res["draft_policy"] = args.draft_policy or "adaptive"
     print_rows(res, 36)
     if args.output:
+        import subprocess
+        import time
+
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        res["cpu"] = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
+        res["date"] = time.strftime("%Y-%m-%d")
         out = {"groups": {}}
         if args.merge and os.path.exists(args.output):
             with open(args.output) as f:
                 out = json.load(f)
-        out["groups"][f"{args.group}@1"] = {
+        key = f"{args.group}@1" + (f", {args.draft_policy} policy" if args.draft_policy else "")
+        out["groups"][key] = {
             "command": "python benchmarks/bench_datastore.py " + " ".join(sys.argv[1:]), **res}
         with open(args.output, "w") as f:
             json.dump(out, f, indent=1)

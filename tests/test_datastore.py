@@ -1,14 +1,14 @@
-"""The datastore of the target's own answers (drafters/datastore.py): n-gram retrieval (the longest n-gram first, the
-continuation most matches share, documents kept apart), its file in a head directory, and the lookup branch it feeds
-beside the head's tree: longer acceptances where it knows the continuation, the target's own output always."""
-import numpy as np
+"""The datastore of the target's own answers (drafters/datastore.py, an A/B option measured not to pay on SmolLM2):
+n-gram retrieval (the longest n-gram first, the continuation most matches share, documents kept apart), and the lookup
+branch it feeds beside the head's tree: longer acceptances where it knows the continuation, the target's own output
+always (greedy, batches, sampling)."""
 import pytest
 import torch
 
 import optimum_uag.engine.drafters.combined as combined
 from optimum_uag import assisted_generate
 from optimum_uag.engine.config import DEFAULT_TREE
-from optimum_uag.engine.drafters.datastore import DATASTORE_FILE, Datastore
+from optimum_uag.engine.drafters.datastore import Datastore
 
 from test_engine import batch, reference
 from test_feature_drafter import make_head
@@ -45,22 +45,6 @@ def test_a_large_vocabulary_packs_fewer_tokens_a_key():
     store = Datastore([[70000, 70001, 70002, 70003]], max_ngram=4)
     assert store.key_tokens == 3 and store.max_ngram == 3
     assert store.continuation([70000, 70001], 2) == ([70002, 70003], 2)
-
-
-def test_a_head_directory_keeps_its_datastore(embedded, tmp_path):
-    from optimum_uag.engine.drafters.feature_head import load_feature_head, save_feature_head
-
-    model, _ = embedded["target"]
-    head = make_head(model, None)
-    head.datastore = Datastore([[5, 6, 7, 8], [5, 6, 9]])
-    save_feature_head(head, tmp_path)
-    assert (tmp_path / DATASTORE_FILE).exists()
-    loaded = load_feature_head(tmp_path)
-    assert np.array_equal(loaded.datastore.tokens, head.datastore.tokens)
-    assert loaded.datastore.continuation([5, 6], 2) == head.datastore.continuation([5, 6], 2)
-    head.datastore = None
-    save_feature_head(head, tmp_path / "plain")
-    assert load_feature_head(tmp_path / "plain").datastore is None
 
 
 @pytest.mark.parametrize("policy", ["fallback", "longer"])
@@ -104,53 +88,6 @@ def test_a_misleading_datastore_keeps_a_batch_exact(embedded, prompts, draft_pol
     head.datastore = Datastore(wrong + [ref[1].tolist()[::-1]])
     out = assisted_generate(model, head, ids, mask, max_new_tokens=24, draft_tree=True, draft_policy=draft_policy)
     assert torch.equal(out.sequences, ref)
-
-
-def test_build_datastore_writes_the_answers_beside_a_head(embedded, tmp_path):
-    """`optimum-uag build-datastore --head D` keeps the answers of {"prompt", "answer"} records and the assistant turns
-    of {"messages"} ones (never the requests) in D/datastore.npy, which load_feature_head reads (the embedded target
-    has no chat template: the answers as plain text); a directory that is not a head is one clear line."""
-    import json
-
-    from optimum_uag.cli import main
-    from optimum_uag.engine.drafters.feature_head import load_feature_head, save_feature_head
-
-    model, tok = embedded["target"]
-    save_feature_head(make_head(model, None), tmp_path / "head")
-    data = tmp_path / "answers.jsonl"
-    rows = [{"prompt": "Say hello.", "answer": "hello world, hello again"},
-            {"messages": [{"role": "user", "content": "Count."}, {"role": "assistant", "content": "one two three"}]}]
-    data.write_text("\n".join(json.dumps(r) for r in rows))
-    assert main(["build-datastore", "--model_name_or_path", "target", "--dataset_name", str(data),
-                 "--head", str(tmp_path / "head")]) == 0
-    store = load_feature_head(tmp_path / "head").datastore
-    corpus = store.tokens[: len(store)].tolist()
-    for text in ("hello world, hello again", "one two three"):
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        assert any(corpus[i : i + len(ids)] == ids for i in range(len(corpus))), text
-    request = tok("Say hello.", add_special_tokens=False)["input_ids"]
-    assert not any(corpus[i : i + len(request)] == request for i in range(len(corpus)))
-    with pytest.raises(SystemExit, match="not a feature-head directory"):
-        main(["build-datastore", "--model_name_or_path", "target", "--dataset_name", str(data),
-              "--head", str(tmp_path)])
-
-
-def test_answer_spans_keep_the_assistant_turns_as_the_chat_template_tokenizes_them():
-    from optimum_uag import load_embedded
-    from optimum_uag.cli.datastore import answer_spans
-    from optimum_uag.cli.train_draft import token_sequences
-
-    from test_cli import CHAT_TEMPLATE
-
-    _, tok = load_embedded("target")
-    tok.chat_template = CHAT_TEMPLATE
-    records = [{"prompt": "Add two numbers.", "answer": "def add(a, b):\n    return a + b"},
-               {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there."},
-                             {"role": "user", "content": "Color?"}, {"role": "assistant", "content": "Blue, sky blue."}]}]
-    docs = answer_spans(token_sequences(records, tok, "text", 256))
-    texts = [tok.decode(d) for d in docs]
-    assert len(docs) == 3 and "def add(a, b)" in texts[0] and "Hello there." in texts[1] and "sky blue" in texts[2]
-    assert not any("Add two" in t or "Color?" in t or "Hi" == t for t in texts)
 
 
 def test_tree_sampling_with_a_datastore_branch_keeps_the_target_distribution(monkeypatch):

@@ -1,13 +1,11 @@
-"""The command line: `optimum-uag generate | tune | train-draft | build-datastore` (examples/run_generation.py runs
-`generate`)."""
+"""The command line: `optimum-uag generate | tune | train-draft` (examples/run_generation.py runs `generate`)."""
 from __future__ import annotations
 
 import sys
 
 USAGE = """usage: optimum-uag generate [flags]     run assisted generation (optimum-uag generate --help)
        optimum-uag tune [flags]         rank drafts and K on your prompts (optimum-uag tune --help)
-       optimum-uag train-draft [flags]  train a feature draft head for a target (optimum-uag train-draft --help)
-       optimum-uag build-datastore [flags]  a datastore of the target's answers beside a head (--help)"""
+       optimum-uag train-draft [flags]  train a feature draft head for a target (optimum-uag train-draft --help)"""
 
 
 def main(argv=None) -> int:
@@ -22,10 +20,6 @@ def main(argv=None) -> int:
         from .train_draft import train_draft_main
 
         return train_draft_main(argv[1:])
-    if command == "build-datastore":
-        from .datastore import build_datastore_main
-
-        return build_datastore_main(argv[1:])
     if command in (None, "-h", "--help"):
         print(USAGE)
         return 0

@@ -46,9 +46,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval_dataset", default=None,
                    help="held-out records (as --dataset_name; prompts only with --generate_answers) to report the "
                         "head's agreement on, instead of a 5%% split of the training prompts")
-    p.add_argument("--datastore", action="store_true",
-                   help="also write datastore.npy beside the head: the answers it trained on, from which the draft "
-                        "tree's lookup branch retrieves continuations (optimum-uag build-datastore makes one later)")
     p.add_argument("--train_lm_head", action="store_true",
                    help="train the draft LM head's rows (default: the target's rows, frozen, as EAGLE-1/2)")
     p.add_argument("--feature_layers", default="none",
@@ -237,14 +234,6 @@ def train_draft_main(argv=None) -> int:
                                 eval_dir=eval_dir, feature_layers=layers, sequences=seqs,
                                 log=lambda m: print(m, flush=True))
     result["features"] = info
-    if args.datastore:  # the answers it trained on, for the tree's lookup branch (optimum-uag build-datastore)
-        from ..engine.drafters.datastore import DATASTORE_FILE, Datastore
-        from .datastore import answer_spans
-
-        docs = answer_spans(seqs)
-        if docs:
-            Datastore(docs).save(Path(args.output_dir) / DATASTORE_FILE)
-            result["datastore_tokens"] = sum(map(len, docs))
     result["command"] = "optimum-uag train-draft " + " ".join(argv if argv is not None else sys.argv[1:])
     Path(args.output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"train-draft: head saved to {args.output_dir} ({(time.time() - t0) / 60:.1f} min)")

@@ -10,10 +10,12 @@ from .base import Drafter, DraftStats
 # the tree's lookup branch continues a repetition past the row's end (PromptLookupDrafter periodic=True): a small
 # model's greedy loops, and lists or code that repeat a line, are proposed at the branch's full length
 PERIODIC_BRANCH = True
-# where the tree's lookup branch comes from the datastore of the target's own answers (a head directory's
-# datastore.npy), rather than from the row's own prompt and output: "fallback" where the row has no n-gram match,
-# "longer" also where the datastore's match is longer than the row's (an A/B option), None: never
-DATASTORE_POLICY = "fallback"
+# an A/B option, off (None): the tree's lookup branch taken from a datastore of the target's own answers (a head's
+# `datastore`, drafters/datastore.py) rather than from the row's own prompt and output, "fallback" where the row has
+# no n-gram match, "longer" also where the datastore's match is longer than the row's. On SmolLM2's chat requests
+# with 186k tokens of its answers it did not pay (tau 2.449 -> 2.456 at a fixed policy; 1.38x -> 1.27-1.34x with the
+# adaptive one; benchmarks/results/datastore.json)
+DATASTORE_POLICY = None
 # a datastore continuation may also replace the tree's weakest nodes where the head does not endorse it (as the row's
 # own n-gram continuation does); False: it is only verified whole beside the tree, where the head endorses it
 DATASTORE_REPLACES = True

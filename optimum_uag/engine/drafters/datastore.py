@@ -1,4 +1,6 @@
-"""A datastore of the target's own answers: retrieval drafting (REST, He et al. 2024) for the lookup branch.
+"""A datastore of the target's own answers: retrieval drafting (REST, He et al. 2024) for the lookup branch. An A/B
+option (combined.DATASTORE_POLICY, off): on SmolLM2 with 186k tokens of its own answers to the head pool it did not
+raise chat tau (benchmarks/results/datastore.json, benchmarks/bench_datastore.py).
 
 The last few tokens of a row are looked up in a corpus of texts the target itself wrote (its greedy answers to
 other requests); the continuation most of the matches share is proposed. A small model answers in stock phrases
@@ -14,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-DATASTORE_FILE = "datastore.npy"  # in a feature head's directory: the corpus, uint16 / int32, documents split by -1
 
 
 class Datastore:
@@ -42,15 +43,6 @@ class Datastore:
 
     def __len__(self) -> int:
         return len(self.tokens) - self.key_tokens - 1
-
-    @classmethod
-    def load(cls, path, **kwargs) -> "Datastore":
-        return cls(np.load(path), **kwargs)
-
-    def save(self, path) -> None:
-        corpus = self.tokens[: len(self)].astype(np.int64)
-        corpus[corpus == self.sep] = -1
-        np.save(path, corpus.astype(np.int32))
 
     def _range(self, gram) -> tuple[int, int]:
         pad = self.key_tokens - len(gram)
@@ -116,3 +108,20 @@ class Datastore:
         device = tokens.device
         return out.to(device), valid.to(device), matched.to(device)
 
+
+
+def answer_spans(seqs: list[dict]) -> list[list[int]]:
+    """The runs of loss-masked (answer) tokens of train-draft's sequences (cli/train_draft.token_sequences: the chat
+    template's tokens), one document each."""
+    docs = []
+    for seq in seqs:
+        run = []
+        for token, answer in zip(seq["ids"], seq["loss_mask"]):
+            if answer:
+                run.append(int(token))
+            elif run:
+                docs.append(run)
+                run = []
+        if run:
+            docs.append(run)
+    return [d for d in docs if len(d) >= 2]

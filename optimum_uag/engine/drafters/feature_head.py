@@ -28,8 +28,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .datastore import DATASTORE_FILE, Datastore
-
 CONFIG_NAME = "config.json"
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")
 HEAD_TYPE = "eagle"  # config["optimum_uag_head"]
@@ -148,7 +146,7 @@ class FeatureHead(nn.Module):
     def __init__(self, config: dict):
         super().__init__()
         self.config = dict(config)
-        self.datastore = None  # a Datastore of the target's own answers (load_feature_head reads datastore.npy)
+        self.datastore = None  # a Datastore of the target's own answers (an A/B option: combined.DATASTORE_POLICY)
         hidden = config["hidden_size"]
         head_dim = config.get("head_dim") or hidden // config["num_attention_heads"]
         if int(config.get("num_hidden_layers", 1)) != 1:
@@ -347,10 +345,7 @@ def load_feature_head(path: str | os.PathLike, dtype: torch.dtype | None = None)
         raise ValueError(f"{path} is not a feature head this version can read: missing {missing[:4]}, "
                          f"unexpected {unexpected[:4]}")
     head.eval()
-    head = head.to(dtype) if dtype is not None else head
-    if (path / DATASTORE_FILE).exists():  # the target's own answers, for the lookup branch (drafters/datastore.py)
-        head.datastore = Datastore.load(path / DATASTORE_FILE)
-    return head
+    return head.to(dtype) if dtype is not None else head
 
 
 def save_feature_head(head: FeatureHead, path: str | os.PathLike, dtype: torch.dtype = torch.float16) -> None:
@@ -364,7 +359,5 @@ def save_feature_head(head: FeatureHead, path: str | os.PathLike, dtype: torch.d
     if head.embed_tokens is None:
         state.pop("embed_tokens.weight", None)
     save_file(state, str(path / WEIGHT_NAMES[0]))
-    if getattr(head, "datastore", None) is not None:
-        head.datastore.save(path / DATASTORE_FILE)
     config = dict(head.config, optimum_uag_head=HEAD_TYPE, num_hidden_layers=1)
     (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
