@@ -26,6 +26,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -216,6 +217,8 @@ def main():
     groups = {
         "chat@1": (chat, 1, greedy, {
             "head default (tree + lookup branch)": ours(head, greedy),
+            # the same with a draft every round: what the adaptive policy's rounds without a draft cost or save here
+            "head default, fixed policy": ours(head, greedy, draft_policy="fixed"),
             # tree vs chain, same head: both at a fixed shape (an adaptive row's tau counts its rounds without a draft)
             "head tree, no lookup": ours(head, greedy, prompt_lookup_num_tokens=0, draft_policy="fixed"),
             # EAGLE-2's comparison: the same head drafting a wide tree (more verify columns than the chain's)
@@ -284,7 +287,7 @@ def main():
                "prompts": args.prompts, "max_new_tokens": n, "repeats": args.repeats, "lookup": args.lookup,
                "head": args.head or "smollm2_head (shipped)", "head_cost": cost, "verify_cost": curve,
                **({"verify_cost_batch4": curve4} if curve4 else {}),
-               "command": "python benchmarks/bench_feature_head.py --output benchmarks/results/feature_head.json",
+               "command": "python benchmarks/bench_feature_head.py " + " ".join(sys.argv[1:]),
                "groups": results, **({"notes": notes} if notes else {})}
     if args.output:
         if args.merge:  # keep the groups of the earlier run that this one skipped

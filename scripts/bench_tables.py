@@ -4,7 +4,8 @@
     python scripts/bench_tables.py          # rewrite the tables between their markers
     python scripts/bench_tables.py --check  # exit 1 when a table differs from what the results files give
 
-Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py), benchmarks/results/adaptive.json
+Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py; feature_head_intel.json: the same on
+an Intel Xeon), benchmarks/results/adaptive.json
 (benchmarks/bench_adaptive.py), benchmarks/results/main_job.json
 (README command 1's results.json), optimum_uag/models/smollm2_head/training_log.json (the head's held-out report).
 A table sits between `<!-- table:NAME -->` and `<!-- /table -->` in README.md and docs/benchmarks.md.
@@ -54,6 +55,21 @@ def feature_head_table(bench: dict) -> str:
                                + (f" Merged: {bench['merged']}." if bench.get("merged") else "")
                                + (f" CPU of the groups run on {bench['date']}: {bench['cpu']}."
                                   if bench.get("cpu") else ""))
+
+
+def ab_table(bench: dict) -> str:
+    """An A/B results file ({"groups": {group: run_group's result + "command"}}): every row of every group."""
+    lines = ["| group | row | tok/s | vs fastest target-only (per repeat) | tau | target calls | exact |",
+             "|---|---|---|---|---|---|---|"]
+    notes = []
+    for group, res in bench["groups"].items():
+        for name, r in res["rows"].items():
+            exact = {True: "yes", False: "**NO**"}.get(r.get("exact"), "-")
+            per = ", ".join(f"{v:.2f}" for v in r.get("speedup_vs_best_target_only_per_repeat", []))
+            lines.append(f"| {group} | {name} | {r['tokens_per_s']:.1f} | {_x(r['speedup_vs_best_target_only'])} "
+                         f"({per}) | {_f(r.get('tau'))} | {r.get('target_calls', '-')} | {exact} |")
+        notes.append(f"{group}: `{res['command']}`" + (f" ({res['cpu']}, {res['date']})" if res.get("cpu") else ""))
+    return "\n".join(lines) + "\n\n" + "; ".join(notes) + "."
 
 
 def _status(value, goal, points: bool = False) -> str:
@@ -177,6 +193,12 @@ def tables() -> dict:
         out["feature_head"] = feature_head_table(bench)
     if main is not None:
         out["main_job"] = main_job_table(main)
+    intel = _load(RESULTS / "feature_head_intel.json")  # the same benchmark on an Intel Xeon
+    if intel is not None:
+        out["feature_head_intel"] = feature_head_table(intel)
+    datastore = _load(RESULTS / "datastore.json")  # benchmarks/bench_datastore.py
+    if datastore is not None:
+        out["datastore"] = ab_table(datastore)
     plain = _load(RESULTS / "plain_round.json")
     if plain is not None:
         out["plain_round"] = "\n".join(
