@@ -196,9 +196,10 @@ def tables() -> dict:
     intel = _load(RESULTS / "feature_head_intel.json")  # the same benchmark on an Intel Xeon
     if intel is not None:
         out["feature_head_intel"] = feature_head_table(intel)
-    datastore = _load(RESULTS / "datastore.json")  # benchmarks/bench_datastore.py
-    if datastore is not None:
-        out["datastore"] = ab_table(datastore)
+    for name in ("datastore", "tree_prior"):  # benchmarks/bench_datastore.py, bench_tree_prior.py
+        ab = _load(RESULTS / f"{name}.json")
+        if ab is not None:
+            out[name] = ab_table(ab)
     plain = _load(RESULTS / "plain_round.json")
     if plain is not None:
         out["plain_round"] = "\n".join(

@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""A/B of the adaptive policy's prior on a tree's rate (engine/policy.py TREE_PRIOR_ROUNDS / TREE_PRIOR_RATE): the
+head's default tree + lookup branch under the adaptive policy with the prior, without it (the policy before), and
+with a draft every round (draft_policy="fixed"). SmolLM2-135M-Instruct + its head, fp32, batch 1, held-out requests,
+rows interleaved per request (bench_feature_head.run_group), median of the repeats, ratios against the fastest
+target-only row.
+
+    python benchmarks/bench_tree_prior.py --group chat --repeats 2 --output benchmarks/results/tree_prior.json
+    python benchmarks/bench_tree_prior.py --group sample --repeats 2 --output benchmarks/results/tree_prior.json --merge
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import optimum_uag.engine.policy as policy
+
+from optimum_uag import assisted_generate
+from optimum_uag.models import chat_prompts
+from optimum_uag.models.prompt_sets import grounded_chat_prompts
+
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--group", choices=("chat", "grounded", "sample"), default="chat")
+    p.add_argument("--priors", default="8:1.2,0:1.2", help="ROUNDS:RATE pairs of the adaptive rows (0: no prior)")
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max_new_tokens", type=int, default=128)
+    p.add_argument("--output", default=None)
+    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
+    args = p.parse_args()
+    target, tok, head, greedy = smollm2_with_head()
+    gen = greedy if args.group != "sample" else dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0,
+                                                     pad_token_id=tok.pad_token_id)
+    prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
+
+    def adaptive(rounds, rate):
+        def run(enc, m):
+            saved = policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE
+            policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE = rounds, rate
+            try:
+                return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
+                                         **gen)
+            finally:
+                policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE = saved
+        return run
+
+    rows = dict(target_only_rows(target, gen))
+    for pair in args.priors.split(","):
+        rounds, rate = (float(x) for x in pair.split(":"))
+        name = f"head default, adaptive, prior {rounds:g} rounds at {rate:g}" if rounds else "head default, adaptive, no prior"
+        rows[name] = adaptive(rounds, rate)
+    rows["head default, fixed policy"] = lambda enc, m: assisted_generate(
+        target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m, draft_policy="fixed", **gen)
+    warm_up(rows, tok)
+    res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
+    print_rows(res, 48)
+    if args.output:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        res["cpu"] = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
+        res["date"] = time.strftime("%Y-%m-%d")
+        out = {"groups": {}}
+        if args.merge and os.path.exists(args.output):
+            with open(args.output) as f:
+                out = json.load(f)
+        out["groups"][f"{args.group}@1"] = {
+            "command": "python benchmarks/bench_tree_prior.py " + " ".join(sys.argv[1:]), **res}
+        with open(args.output, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
