@@ -26,13 +26,14 @@ def test_the_longest_ngram_decides_and_the_majority_continues():
     # no n-gram of min_ngram (2) or more: nothing
     assert store.continuation([7, 7], 3) == ([], 0)
     assert store.continuation([4], 3) == ([], 0)
-    # a match at a document's very end has no continuation: a shorter n-gram that has one is taken
     assert store.continuation([2, 5, 6, 8], 2) == ([], 0)
-    assert store.continuation([0, 4, 5, 6], 2) == ([8], 3)
+    # a match at a document's very end has no continuation: the shorter n-gram that has one is taken
+    ends = Datastore([[1, 2, 3], [5, 2, 3, 4]])
+    assert ends.continuation([1, 2, 3], 2) == ([4], 2)
 
 
 def test_propose_reads_each_rows_own_tokens_after_its_padding():
-    store = Datastore([[1, 2, 3, 4, 5, 6]], max_ngram=4)
+    store = Datastore([[1, 2, 3, 4, 5, 6], [0, 9, 7]], max_ngram=4)  # ([0, 9] matches only if padding is read)
     tokens = torch.tensor([[0, 0, 2, 3, 0, 0], [3, 1, 2, 0, 0, 0], [0, 0, 0, 9, 0, 0]])
     length, pad = torch.tensor([4, 3, 4]), torch.tensor([2, 0, 3])
     cand, valid, n = store.propose(tokens, length, pad, 3)
@@ -75,8 +76,9 @@ def test_a_datastore_that_knows_the_answer_lengthens_the_branch(embedded, prompt
 
 @pytest.mark.parametrize("draft_policy", ["fixed", "adaptive"])
 def test_a_misleading_datastore_keeps_a_batch_exact(embedded, prompts, draft_policy, monkeypatch):
-    """A datastore of wrong continuations (the target's answers with every token shifted, and answers to other
-    requests) on a left-padded batch with the real (untrained) head: the output is still the target's own."""
+    """A datastore of wrong continuations (the target's answers with every fifth token shifted, and one reversed) on a
+    left-padded batch with the real (untrained) head: its branches are proposed, and the output is still the
+    target's own."""
     model, tok = embedded["target"]
     monkeypatch.setattr(combined, "DATASTORE_POLICY", "longer")
     head = make_head(model, None)
@@ -84,10 +86,21 @@ def test_a_misleading_datastore_keeps_a_batch_exact(embedded, prompts, draft_pol
     ref = reference(model, ids, mask, 24, tok)
     vocab = model.config.vocab_size
     true = [row[ids.shape[1] - 6 :] for row in ref.tolist()]
-    wrong = [t[:3] + [(x + 1) % vocab for x in t[3:]] for t in true]
+    # every fifth token shifted: the rows' recent n-grams match, their continuations go wrong within five tokens
+    wrong = [[x if i % 5 else (x + 1) % vocab for i, x in enumerate(t)] for t in true]
     head.datastore = Datastore(wrong + [ref[1].tolist()[::-1]])
+    used = []
+    propose = combined.LookupThenDraft._from_datastore
+
+    def counted(self, state, look, plain, start):
+        out = propose(self, state, look, plain, start)
+        used.append(out[0] is not look)  # some row's branch came from the datastore
+        return out
+
+    monkeypatch.setattr(combined.LookupThenDraft, "_from_datastore", counted)
     out = assisted_generate(model, head, ids, mask, max_new_tokens=24, draft_tree=True, draft_policy=draft_policy)
     assert torch.equal(out.sequences, ref)
+    assert any(used)
 
 
 def test_tree_sampling_with_a_datastore_branch_keeps_the_target_distribution(monkeypatch):

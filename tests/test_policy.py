@@ -94,10 +94,10 @@ def test_tree_or_no_draft():
     assert sum(k == 0 for k in ks[10:]) <= 4
     bad = AdaptivePolicy(start_k=3, tree=True)  # 0.86x: given up once its rounds outweigh the prior (~24 rounds)
     ks = _simulate(bad, 100, 1.0, lambda k: 1.4, lambda r: 1.2, None)
-    assert sum(k > 0 for k in ks) <= 32 and sum(k > 0 for k in ks[40:]) <= 8  # then probes only: 4 of 2 rounds
+    assert sum(k > 0 for k in ks) <= 36 and sum(k > 0 for k in ks[40:]) <= 8  # then probes only: 4 of 2 rounds
 
 
-def test_a_tree_with_an_unlucky_start_stays_on():
+def test_a_tree_with_an_unlucky_start_stays_on(monkeypatch):
     """A tree that pays 1.2x (2 tokens a round for 1.65 t0) whose first five rounds gave 1, 2, 1, 1, 1 tokens (a poem's
     opening on SmolLM2 + its head, Intel Xeon: 1.65 t0 a tree round there): the prior on the tree's rate
     (TREE_PRIOR_ROUNDS at TREE_PRIOR_RATE) keeps it drafting; without the prior it stays off for most of the call, its
@@ -119,12 +119,8 @@ def test_a_tree_with_an_unlucky_start_stays_on():
         return ks
 
     assert sum(k == 0 for k in run()[2:]) <= 2  # the first two rounds measure t0
-    saved = policy_module.TREE_PRIOR_ROUNDS
-    policy_module.TREE_PRIOR_ROUNDS = 0
-    try:
-        assert sum(k == 0 for k in run()[2:]) >= 30
-    finally:
-        policy_module.TREE_PRIOR_ROUNDS = saved
+    monkeypatch.setattr(policy_module, "TREE_PRIOR_ROUNDS", 0.0)
+    assert sum(k == 0 for k in run()[2:]) >= 30
 
 
 def test_a_probes_first_round_carries_the_catch_up_and_is_not_timed():

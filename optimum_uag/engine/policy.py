@@ -50,7 +50,10 @@ TREE_DECAY = 0.97
 # of its 56 rounds without a draft, 46 tok/s against 52 with a draft every round; Intel Xeon). On 8 held-out chat
 # requests there, 1.43x the fastest target-only path with the prior against 1.41x without (tau 2.35 against 2.05;
 # a draft every round 1.45x; benchmarks/results/tree_prior.json). A tree that does not pay (0.86x) is given up after
-# ~24 rounds instead of ~5 (tests/test_policy.py).
+# ~24 rounds instead of ~5 (tests/test_policy.py). The prior's weight does not decay while the tree's rounds do
+# (their decayed count levels off at ~33), so it keeps ~19% of the estimate: a tree measured at 0.92-0.97x keeps
+# drafting (simulated: ~89% of its rounds; it costs those trees up to ~8%). Letting the prior decay too is the
+# alternative, not measured on a model yet; on this CPU a draft every round was the fastest row in both groups.
 TREE_PRIOR_ROUNDS = 8.0
 TREE_PRIOR_RATE = 1.2
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
