@@ -13,9 +13,6 @@ SmolLM2-135M-Instruct + its head, fp32, batch 1, held-out requests, rows interle
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 
 import optimum_uag.engine.drafters.combined as combined
 
@@ -25,7 +22,7 @@ from optimum_uag.engine.drafters.datastore import Datastore, answer_spans
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up, write_group, add_ab_arguments
 
 
 def main():
@@ -38,12 +35,8 @@ def main():
     p.add_argument("--policies", default="fallback,longer,longer-endorsed",
                    help="datastore rows: combined.DATASTORE_POLICY, '-endorsed': DATASTORE_REPLACES off")
     p.add_argument("--max_ngram", type=int, default=4)
-    p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--offset", type=int, default=0, help="first request of the group")
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--max_new_tokens", type=int, default=128)
-    p.add_argument("--output", default=None)
-    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
+    add_ab_arguments(p)
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
     records = read_records(args.answers, None)
@@ -73,22 +66,8 @@ def main():
     res["draft_policy"] = args.draft_policy or "adaptive"
     print_rows(res, 36)
     if args.output:
-        import subprocess
-        import time
-
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        res["cpu"] = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
-        res["date"] = time.strftime("%Y-%m-%d")
-        out = {"groups": {}}
-        if args.merge and os.path.exists(args.output):
-            with open(args.output) as f:
-                out = json.load(f)
         key = f"{args.group}@1" + (f", {args.draft_policy} policy" if args.draft_policy else "")
-        out["groups"][key] = {
-            "command": "python benchmarks/bench_datastore.py " + " ".join(sys.argv[1:]), **res}
-        with open(args.output, "w") as f:
-            json.dump(out, f, indent=1)
-
+        write_group(args.output, key, res, args.merge)
 
 if __name__ == "__main__":
     main()

@@ -108,6 +108,39 @@ def print_rows(res: dict, width: int = 28) -> None:
               f"calls {row.get('target_calls')} exact {row.get('exact')}")
 
 
+def cpu_name() -> str:
+    """lscpu's model name (the results files say which CPU measured them)."""
+    import subprocess
+
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    return next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "unknown")
+
+
+def add_ab_arguments(p) -> None:
+    """The A/B scripts' shared flags: requests, repeats, new tokens, the results file."""
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max_new_tokens", type=int, default=128)
+    p.add_argument("--output", default=None)
+    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
+
+def write_group(path: str, key: str, res: dict, merge: bool, cpu: bool = True) -> None:
+    """The A/B scripts' results file: {"groups": {key: {"command": this command line, **res}}}; `merge` keeps the
+    file's other groups. `cpu`: also the CPU and the date."""
+    import os
+
+    if cpu:
+        res = {**res, "cpu": cpu_name(), "date": time.strftime("%Y-%m-%d")}
+    out = {"groups": {}}
+    if merge and os.path.exists(path):
+        with open(path) as f:
+            out = json.load(f)
+    out["groups"][key] = {"command": f"python benchmarks/{os.path.basename(sys.argv[0])} " + " ".join(sys.argv[1:]),
+                          **res}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+
+
 def run_group(name, rows: dict, prompts, batch, n, tok, repeats, seed=1000, encode=encode) -> dict:
     """Every row on every batch of prompts, interleaved (rotating order), `repeats` times; per row: median over the
     repeats of tokens/s and of the ratio to the fastest target-only row of the same repeat."""
@@ -279,10 +312,7 @@ def main():
             tau = f"{r['tau']:.2f}" if "tau" in r else "-"
             print(f"{group:<11}{name:<42}{r['tokens_per_s']:>7.1f}{r['speedup_vs_best_target_only']:>8.2f}x"
                   f"{r['speedup_vs_transformers_generate']:>7.2f}x{tau:>6}{str(r.get('exact', '-')):>7}")
-    import subprocess
-
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-    cpu = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "unknown")
+    cpu = cpu_name()
     summary = {"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct", "dtype": "float32", "cpu": cpu,
                "prompts": args.prompts, "max_new_tokens": n, "repeats": args.repeats, "lookup": args.lookup,
                "head": args.head or "smollm2_head (shipped)", "head_cost": cost, "verify_cost": curve,

@@ -12,9 +12,6 @@ doubles after a round that accepted it whole, up to the given cap (config.HEAD_L
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 
 import optimum_uag.engine.config as engine_config
 import optimum_uag.engine.drafters.combined as combined
@@ -24,7 +21,7 @@ from optimum_uag import assisted_generate
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up, write_group
 
 
 def main():
@@ -72,15 +69,7 @@ def main():
     res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
     print_rows(res, 40)
     if args.output:
-        out = {"groups": {}}
-        if args.merge and os.path.exists(args.output):
-            with open(args.output) as f:
-                out = json.load(f)
-        out["groups"][f"{args.group}@1"] = {
-            "command": "python benchmarks/bench_lookup_length.py " + " ".join(sys.argv[1:]), **res}
-        with open(args.output, "w") as f:
-            json.dump(out, f, indent=1)
-
+        write_group(args.output, f"{args.group}@1", res, args.merge, cpu=False)
 
 if __name__ == "__main__":
     main()

@@ -11,11 +11,6 @@ target-only row.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
-import time
 
 import optimum_uag.engine.policy as policy
 
@@ -23,18 +18,14 @@ from optimum_uag import assisted_generate
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up, write_group, add_ab_arguments
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("chat", "grounded", "sample"), default="chat")
     p.add_argument("--priors", default="8:1.2,0:1.2", help="ROUNDS:RATE pairs of the adaptive rows (0: no prior)")
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--max_new_tokens", type=int, default=128)
-    p.add_argument("--output", default=None)
-    p.add_argument("--merge", action="store_true", help="add this run's group to the --output file's groups")
+    add_ab_arguments(p)
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
     gen = greedy if args.group != "sample" else dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0,
@@ -63,18 +54,7 @@ def main():
     res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
     print_rows(res, 48)
     if args.output:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        res["cpu"] = next((line.split(":", 1)[1].strip() for line in lscpu if line.startswith("Model name")), "?")
-        res["date"] = time.strftime("%Y-%m-%d")
-        out = {"groups": {}}
-        if args.merge and os.path.exists(args.output):
-            with open(args.output) as f:
-                out = json.load(f)
-        out["groups"][f"{args.group}@1"] = {
-            "command": "python benchmarks/bench_tree_prior.py " + " ".join(sys.argv[1:]), **res}
-        with open(args.output, "w") as f:
-            json.dump(out, f, indent=1)
-
+        write_group(args.output, f"{args.group}@1", res, args.merge)
 
 if __name__ == "__main__":
     main()
