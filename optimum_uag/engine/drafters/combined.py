@@ -30,7 +30,6 @@ class LookupThenDraft(Drafter):
     def __init__(self, lookup: Drafter, inner: Drafter, num_lookup_tokens: int, datastore=None):
         self.lookup, self.inner, self.num_lookup_tokens = lookup, inner, num_lookup_tokens
         self.datastore = datastore  # a Datastore of the target's own answers (tree branches only), or None
-        self.datastore_rounds = 0  # rounds where some row's branch came from the datastore
         self.needs_features = inner.needs_features
         self.feature_layers = getattr(inner, "feature_layers", ())
 
@@ -67,11 +66,10 @@ class LookupThenDraft(Drafter):
         one) taken from the datastore's continuation of their last tokens."""
         width = look.tokens.shape[1]
         tokens, valid, n = self.datastore.propose(state.tokens, state.length, state.pad, width)
-        own = self.lookup.matched if getattr(self.lookup, "matched", None) is not None else look.valid[:, 0].long()
-        use = (n > 0) & ((own == 0) | ((n > own) if DATASTORE_POLICY == "longer" else False)) & ~state.done
+        own = self.lookup.matched  # the n of each row's own match (0: none)
+        use = ((n > own) if DATASTORE_POLICY == "longer" else (n > 0) & (own == 0)) & ~state.done
         if not bool(use.any()):
             return look, plain, start
-        self.datastore_rounds += 1
         tokens = torch.where(valid, tokens, state.window(state.length - 1, 1).expand(-1, width))
         chain = torch.where(use[:, None], tokens, look.tokens)
         chain_valid = torch.where(use[:, None], valid, look.valid)

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 
-
 class Datastore:
     """`tokens`: 1D integer array, documents separated by -1 (or a list of token lists)."""
 
@@ -107,7 +106,6 @@ class Datastore:
                 matched[b] = n
         device = tokens.device
         return out.to(device), valid.to(device), matched.to(device)
-
 
 
 def answer_spans(seqs: list[dict]) -> list[list[int]]:
