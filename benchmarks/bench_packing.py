@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Which CPU linear kernel is faster on this machine, per SmolLM2 weight shape (F.linear vs oneDNN's prepacked
 `_linear_pointwise`, at 1, 6 and 9 rows: a decode step and verify blocks), what the auto policy packs here
-(runners/packed.py `packing_pays`), and SmolLM2's target-only generate() with and without that packing,
-interleaved, median of the repeats.
+(runners/packed.py `packing_pays`), SmolLM2's forward at 1-17 tokens under each packing choice (the choices
+interleaved), and its target-only generate() with and without the auto policy's packing, interleaved, median of
+the repeats. Kernels are timed on one weight (cached) and streamed over copies of it, as a forward reads weights.
 
     python benchmarks/bench_packing.py --output benchmarks/results/packing.json
 """
@@ -13,6 +14,7 @@ import json
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
@@ -34,19 +36,72 @@ def microseconds(fn, reps: int) -> float:
 
 @torch.inference_mode()
 def kernels() -> list[dict]:
+    """Each kernel timed two ways: on one weight called again and again (it stays in the core's cache), and
+    streamed, a pass over copies of the weight (packing.STREAM_BYTES in all, from memory, as a forward reads its
+    layers), per call."""
     out = []
     for o, i in SHAPES:
         w = torch.randn(o, i)
-        pk = torch.ops.mkldnn._reorder_linear_weight(w)
+        copies = max(1, min(64, packing.STREAM_BYTES // (4 * o * i)))
+        ws = [w] + [w.clone() for _ in range(copies - 1)]
+        pks = [torch.ops.mkldnn._reorder_linear_weight(v) for v in ws]
         reps = 200 if o < 10000 else 15
         row = {"shape": [o, i], "auto_policy_packs": packing.packing_pays(o, i)}
         for rows in (1, 6, 9):
             x = torch.randn(1, rows, i)
-            plain = microseconds(lambda: torch.nn.functional.linear(x, w), reps)
-            packed = microseconds(lambda: packing._linear(pk, None, x), reps)
-            row[f"rows_{rows}_us"] = {"F.linear": round(plain, 1), "packed": round(packed, 1)}
+            cached = {"F.linear": microseconds(lambda: torch.nn.functional.linear(x, w), reps),
+                      "packed": microseconds(lambda: packing._linear(pks[0], None, x), reps)}
+            streamed = {"F.linear": microseconds(lambda: [torch.nn.functional.linear(x, v) for v in ws], 7) / copies,
+                        "packed": microseconds(lambda: [packing._linear(v, None, x) for v in pks], 7) / copies}
+            row[f"rows_{rows}_us"] = {k: round(v, 1) for k, v in cached.items()}
+            row[f"rows_{rows}_us_streamed"] = {k: round(v, 1) for k, v in streamed.items()}
         out.append(row)
     return out
+
+
+PACKINGS = {  # which linears a forward runs packed: the auto policy's measured choice, and fixed choices
+    "auto policy": None,
+    "LM head only": lambda o, i: o * i >= 1 << 24,
+    "LM head + 576x576": lambda o, i: o * i >= 1 << 24 or (o, i) == (576, 576),
+    "every eligible linear": lambda o, i: True,
+}
+
+
+@torch.no_grad()
+def forward_by_packing(repeats: int, widths=(1, 6, 9, 17), context: int = 250) -> dict:
+    """SmolLM2's forward (the static runner, `context` tokens cached) at each width under each packing choice,
+    the choices interleaved per width and repetition; ms and the cost against the auto policy's one-token forward."""
+    from optimum_uag.models import smollm2
+    from optimum_uag.runners.registry import RUNNERS, select_runner
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2(), dtype=torch.float32).eval()
+    kind = select_runner(model, strict=True)
+    runners, modules = {}, {}
+    for name, select in PACKINGS.items():
+        pack = packing.PackedWeights(model, measured=select is None, select=select)
+        runners[name] = RUNNERS[kind](model, 1, context + max(widths) + 8, torch.zeros(1, dtype=torch.long))
+        runners[name].call = packing.PackedCall(model, pack)
+        modules[name] = len(pack.modules)
+    gen = torch.Generator().manual_seed(0)
+    ids = lambda n: torch.randint(0, model.config.vocab_size, (1, n), generator=gen)  # noqa: E731
+    for runner in runners.values():
+        runner.forward(ids(context), torch.zeros(1, dtype=torch.long))
+    start = torch.full((1,), context, dtype=torch.long)
+    times = {(name, w): [] for name in runners for w in widths}
+    for rep in range(repeats + 2):
+        for w in widths:
+            for name, runner in runners.items():
+                tokens = ids(w)
+                t0 = time.perf_counter()
+                runner.forward(tokens, start, logits_to_keep=w).cpu()
+                if rep >= 2:
+                    times[name, w].append(time.perf_counter() - t0)
+    one = statistics.median(times["auto policy", 1])
+    return {name: {"packed_modules": modules[name],
+                   "ms": {w: round(statistics.median(times[name, w]) * 1e3, 1) for w in widths},
+                   "vs_auto_one_token": {w: round(statistics.median(times[name, w]) / one, 2) for w in widths}}
+            for name in runners}
 
 
 def generate_rates(repeats: int, new_tokens: int) -> dict:
@@ -86,6 +141,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max_new_tokens", type=int, default=64)
+    p.add_argument("--forward_repeats", type=int, default=12)
     p.add_argument("--output", default=None)
     args = p.parse_args()
     try:
@@ -95,8 +151,9 @@ def main() -> None:
         cpu = platform.processor()
     result = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "threads": torch.get_num_threads(),
               "torch": torch.__version__, "kernels": kernels(),
+              "smollm2_forward_by_packing": forward_by_packing(args.forward_repeats),
               "smollm2_target_only": generate_rates(args.repeats, args.max_new_tokens),
-              "command": "python benchmarks/bench_packing.py --output benchmarks/results/packing.json"}
+              "command": " ".join(["python", "benchmarks/bench_packing.py", *sys.argv[1:]])}
     print(json.dumps(result, indent=1))
     if args.output:
         with open(args.output, "w") as f:

@@ -24,7 +24,9 @@ from bench_feature_head import print_rows, run_group, smollm2_with_head, target_
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--group", choices=("chat", "grounded", "sample"), default="chat")
-    p.add_argument("--priors", default="8:1.2,0:1.2", help="ROUNDS:RATE pairs of the adaptive rows (0: no prior)")
+    p.add_argument("--priors", default="8:1.2,0:1.2",
+                   help="ROUNDS:RATE[:DECAY] of the adaptive rows (0 rounds: no prior; DECAY: the prior's weight's "
+                        "factor per tree round, default 1)")
     add_ab_arguments(p)
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
@@ -32,22 +34,24 @@ def main():
                                                      pad_token_id=tok.pad_token_id)
     prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
 
-    def adaptive(rounds, rate):
+    def adaptive(rounds, rate, decay):
         def run(enc, m):
-            saved = policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE
-            policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE = rounds, rate
+            saved = policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY
+            policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY = rounds, rate, decay
             try:
                 return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
                                          **gen)
             finally:
-                policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE = saved
+                policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY = saved
         return run
 
     rows = dict(target_only_rows(target, gen))
     for pair in args.priors.split(","):
-        rounds, rate = (float(x) for x in pair.split(":"))
+        rounds, rate, decay = ([float(x) for x in pair.split(":")] + [1.0])[:3]
         name = f"head default, adaptive, prior {rounds:g} rounds at {rate:g}" if rounds else "head default, adaptive, no prior"
-        rows[name] = adaptive(rounds, rate)
+        if rounds and decay != 1.0:
+            name += f", decaying x{decay:g} a tree round"
+        rows[name] = adaptive(rounds, rate, decay)
     rows["head default, fixed policy"] = lambda enc, m: assisted_generate(
         target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m, draft_policy="fixed", **gen)
     warm_up(rows, tok)

@@ -56,6 +56,7 @@ TREE_DECAY = 0.97
 # alternative, not measured on a model yet; on this CPU a draft every round was the fastest row in both groups.
 TREE_PRIOR_ROUNDS = 8.0
 TREE_PRIOR_RATE = 1.2
+TREE_PRIOR_DECAY = 1.0  # the prior's weight times this per tree round (TREE_DECAY: the prior as rounds before the first)
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
 MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
@@ -121,6 +122,7 @@ class AdaptivePolicy:
         self.tree_rate: float | None = None  # tokens per second of tree rounds
         self.tree_sums = [0.0, 0.0]  # decayed tokens and seconds of tree rounds
         self.tree_count = 0.0  # decayed number of tree rounds (the weight of their rate against the prior)
+        self.prior_weight = TREE_PRIOR_ROUNDS  # the prior's weight in pseudo-rounds, times TREE_PRIOR_DECAY a round
         self.plain_tokens: float | None = None  # tokens per round without a draft (the active rows)
         self.reached = [0.0] * (self.max_k + 1)  # [j]: rows that reached draft position j (1-based)
         self.accepted = [0.0] * (self.max_k + 1)
@@ -195,9 +197,9 @@ class AdaptivePolicy:
             if self.tree_rate is None:
                 return self.start_k
             k, rate = 1, self.tree_rate * self.t0 / max(self.plain_tokens, 1e-9)
-            if TREE_PRIOR_ROUNDS > 0:
-                rate = ((self.tree_count * rate + TREE_PRIOR_ROUNDS * TREE_PRIOR_RATE)
-                        / (self.tree_count + TREE_PRIOR_ROUNDS))
+            if self.prior_weight > 0:
+                rate = ((self.tree_count * rate + self.prior_weight * TREE_PRIOR_RATE)
+                        / (self.tree_count + self.prior_weight))
         else:
             if self.s is None:
                 return self.start_k
@@ -260,6 +262,7 @@ class AdaptivePolicy:
             self.tree_sums = [TREE_DECAY * self.tree_sums[0] + tokens, TREE_DECAY * self.tree_sums[1] + seconds]
             self.tree_rate = self.tree_sums[0] / max(self.tree_sums[1], 1e-9)
             self.tree_count = TREE_DECAY * self.tree_count + 1.0
+            self.prior_weight *= TREE_PRIOR_DECAY
             return
         first = self.chain_sums[1] == 0
         self.chain_sums = [seconds if first else (1 - EMA) * self.chain_sums[0] + EMA * seconds,

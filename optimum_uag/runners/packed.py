@@ -60,30 +60,40 @@ def _linear(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) ->
 
 _PAYS: dict = {}  # (out, in, threads) -> whether the packed linear beats F.linear on this CPU
 MARGIN = 0.9  # packed only when clearly faster: a close call (or a noisy one) keeps transformers' own kernel
+STREAM_BYTES = 64 << 20  # the measurement cycles through copies of the weight, this many bytes in all
 
 
 @torch.inference_mode()
 def packing_pays(out_features: int, in_features: int) -> bool:
     """Whether a packed (out, in) linear is clearly faster here than F.linear over one row plus eight (the two
-    kernels alternate call by call, so a drift or a busy core slows both; medians; once per process, shape and
-    thread count: ~0.3 s for SmolLM2's shapes)."""
+    kernels alternate pass by pass, so a drift or a busy core slows both; medians; once per process, shape and
+    thread count: ~0.3 s a shape).
+
+    Each timed pass runs the kernel over enough copies of the weight (STREAM_BYTES in all) that the weights come
+    from memory, as in a forward, where every layer's weights are read once. Timed on one weight, repeated, the
+    weight sits in the core's cache, and the two kernels rank differently: on an Intel Xeon the packed 576 x 576
+    projection measured 27-38 us against F.linear's 45-57 us at 4-9 rows from cache, but a SmolLM2 forward with it
+    packed ran 1.17x slower at one token and no faster at 6-17 (benchmarks/results/packing.json); the choice also
+    flipped from one process to the next."""
     key = (out_features, in_features, torch.get_num_threads())
     if key not in _PAYS:
         gen = torch.Generator().manual_seed(0)
+        copies = max(1, min(64, STREAM_BYTES // (4 * out_features * in_features)))
         weight = torch.randn(out_features, in_features, generator=gen)
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight)
-        reps = max(5, min(31, int(3e7 // (out_features * in_features))))
-        kernels = {"plain": lambda v: torch.nn.functional.linear(v, weight),
-                   "packed": lambda v: _linear(packed, None, v)}
+        weights = [weight] + [weight.clone() for _ in range(copies - 1)]  # distinct memory, the same values
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
+        passes = max(3, min(9, int(1e8 // (copies * out_features * in_features))))
+        kernels = {"plain": lambda v: [torch.nn.functional.linear(v, w) for w in weights],
+                   "packed": lambda v: [_linear(p, None, v) for p in packed]}
         total = {"plain": 0.0, "packed": 0.0}
         for rows in (1, 8):
             x = torch.randn(1, rows, in_features, generator=gen)
             times = {name: [] for name in kernels}
-            for rep in range(reps + 1):
+            for rep in range(passes + 1):
                 for name, fn in kernels.items():
                     t0 = time.perf_counter()
                     fn(x)
-                    if rep:  # the first call of each is a warm-up
+                    if rep:  # the first pass of each is a warm-up
                         times[name].append(time.perf_counter() - t0)
             for name in kernels:
                 total[name] += statistics.median(times[name])
@@ -108,8 +118,10 @@ def _version(weight: torch.Tensor) -> tuple:
 class PackedWeights:
     """The packed copies of one model's linear weights, and a context that routes its linears through them."""
 
-    def __init__(self, model: torch.nn.Module, measured: bool = False):
-        self.modules = [m for m in model.modules() if _packable(m) and (not measured or packing_pays(*m.weight.shape))]
+    def __init__(self, model: torch.nn.Module, measured: bool = False, select=None):
+        """measured: only the shapes `packing_pays` chooses; select(out, in) -> bool: only those (benchmarks)."""
+        self.modules = [m for m in model.modules() if _packable(m) and (select is None or select(*m.weight.shape))
+                        and (not measured or packing_pays(*m.weight.shape))]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() for m in self.modules)
         self.packed: list = [None] * len(self.modules)
         self.versions: list = [None] * len(self.modules)
