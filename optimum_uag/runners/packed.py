@@ -11,11 +11,11 @@ any two GEMM kernels); the greedy tests and every benchmark row compare tokens w
 
 Auto policy: CPU, float32 weights of plain `nn.Linear` modules of at least MIN_WEIGHTS elements (smaller ones are
 faster unpacked at one row), together at most a quarter of the machine's memory, and of a shape whose packed linear
-is clearly (10%) faster than F.linear on this CPU (measured once per process and shape, the two kernels alternating:
-one row, a decode step, plus eight, a verify block). Which kernel wins is the machine's: on the AMD EPYC of earlier
-sessions packing won for every shape above MIN_WEIGHTS; on an Intel Xeon F.linear is faster for SmolLM2's 1536 x 576
-matrices at one row (32 vs 48 us) and packing only for its 49,152-row LM head (4.9 vs 7.6 ms at six rows;
-benchmarks/results/packing.json). `cpu_packed_weights=False` (a generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0
+is clearly (10%) faster than F.linear on this CPU (measured once per process and shape, on weights streamed from
+memory, the two kernels alternating: one row, a decode step, plus eight, a verify block). Which kernel wins is the
+machine's: on the AMD EPYC of earlier sessions packing won for every shape above MIN_WEIGHTS; on an Intel Xeon
+F.linear is faster for SmolLM2's 576-wide matrices at one row (streamed 576 x 576: 40 vs 61 us) and packing only for
+its 49,152-row LM head (4.0 vs 6.6 ms at six rows; benchmarks/results/packing.json). `cpu_packed_weights=False` (a generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0
 turns it off; `packed_weights(model, enabled=True)` packs every eligible linear without measuring, as does every
 rank of a multi-process (DeepSpeed) run, so that all ranks run the same kernels.
 """
