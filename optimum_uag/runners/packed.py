@@ -16,8 +16,9 @@ memory, the two kernels alternating: one row, a decode step, plus eight, a verif
 machine's: on the AMD EPYC of earlier sessions packing won for every shape above MIN_WEIGHTS; on an Intel Xeon
 F.linear is faster for SmolLM2's 576-wide matrices at one row (streamed 576 x 576: 40 vs 61 us) and packing only for
 its 49,152-row LM head (4.0 vs 6.6 ms at six rows; benchmarks/results/packing.json). `cpu_packed_weights=False` (a
-generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off; `packed_weights(model, enabled=True)` packs every eligible linear without measuring, as does every
-rank of a multi-process (DeepSpeed) run, so that all ranks run the same kernels.
+generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off; `packed_weights(model, enabled=True)` packs every
+eligible linear without measuring, as does every rank of a multi-process (DeepSpeed) run, so that all ranks run the
+same kernels.
 """
 from __future__ import annotations
 
