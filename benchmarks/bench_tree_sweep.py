@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import time
 
 from optimum_uag import assisted_generate, embedded_models
@@ -60,7 +61,7 @@ def main() -> None:
         out = {"date": time.strftime("%Y-%m-%d"), "model": "SmolLM2-135M-Instruct fp32, shipped smollm2_head, eager",
                "cpu": cpu, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
                "prompts": "optimum_uag.models.chat_prompts()[8:16] (held out, not in the benchmarks)",
-               "command": "python benchmarks/bench_tree_sweep.py --output benchmarks/results/tree_sweep_stage5.json",
+               "command": "python benchmarks/bench_tree_sweep.py " + " ".join(sys.argv[1:]),
                "held_out_chat": res}
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)

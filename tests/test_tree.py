@@ -145,6 +145,62 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
         assisted_generate(model, head, ids, mask, max_new_tokens=4, draft_tree="yes")
 
 
+@pytest.mark.parametrize("curve, head_cost, expected", [
+    # an Intel Xeon's curve (kernels switch at 4 rows; tree_sweep_intel.json), SmolLM2's head (0.074 of its weights)
+    ({1: 1.0, 3: 1.09, 6: 1.43}, 0.074, (1, 2, 2)),
+    # a flat curve and a head 2% of its target's weights (a large target): the wider tree's tau pays
+    ({1: 1.0, 3: 1.0, 6: 1.02}, 0.02, (3, 2, 5)),
+])
+def test_the_default_tree_follows_the_devices_verify_cost(embedded, prompts, monkeypatch, curve, head_cost, expected):
+    """On a CPU the default tree is the candidate (config.DEVICE_TREES) with the best expected rate under the verify
+    cost curve measured here (runners/cost.py tree_for_device, once per model and batch); a tree shape given, or
+    OPTIMUM_UAG_DEVICE_TREE=0, keeps what was asked. Exact either way."""
+    import optimum_uag.runners.cost as cost
+    from optimum_uag.registry import model_state
+
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[:1])
+    ref = reference(model, ids, mask, 16, tok)
+    measured = []
+
+    def seconds(model_, batch_size, widths, context, reps):
+        measured.append(list(widths))
+        return {w: curve[w] * 0.01 for w in widths}
+
+    monkeypatch.setattr(cost, "_interleaved_seconds", seconds)
+    monkeypatch.setenv("OPTIMUM_UAG_DEVICE_TREE", "1")
+    for key in [k for k in model_state(model) if isinstance(k, tuple) and k[0] == "verify_curve"]:
+        model_state(model).pop(key)
+    depth, top_k, nodes = expected
+    monkeypatch.setattr("optimum_uag.engine.loop.cost_prior", lambda m, a: head_cost)
+    for _ in range(2):
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=16, draft_policy="fixed")
+        assert torch.equal(out.sequences, ref)
+        assert out.metrics.tree_shapes == [(depth, top_k, nodes)] and (1, nodes + 1) in out.metrics.target_shapes
+    assert measured == [[1, 3, 6]]  # measured once for the model and batch
+    given = assisted_generate(model, head, ids, mask, max_new_tokens=16, draft_policy="fixed", tree_nodes=4)
+    assert given.metrics.tree_shapes == [(DEFAULT_TREE.depth, DEFAULT_TREE.top_k, 4)]
+    monkeypatch.setenv("OPTIMUM_UAG_DEVICE_TREE", "0")
+    fixed = assisted_generate(model, head, ids, mask, max_new_tokens=16, draft_policy="fixed")
+    assert fixed.metrics.tree_shapes == [(DEFAULT_TREE.depth, DEFAULT_TREE.top_k, DEFAULT_TREE.nodes)]
+    assert torch.equal(given.sequences, ref) and torch.equal(fixed.sequences, ref)
+
+
+def test_the_devices_tree_is_measured_on_the_real_runner(embedded, prompts, monkeypatch):
+    """The measurement itself (no stand-in): one of the candidates, the output exact."""
+    from optimum_uag.engine.config import DEVICE_TREES
+
+    model, tok = embedded["target"]
+    head = make_head(model, 300)
+    ids, mask = batch(tok, prompts[1:2])
+    monkeypatch.setenv("OPTIMUM_UAG_DEVICE_TREE", "1")
+    out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
+    assert torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
+    shapes = {(s.depth, s.top_k, s.nodes) for s, _, _ in DEVICE_TREES}
+    assert set(out.metrics.tree_shapes) <= shapes and out.metrics.tree_rounds > 0
+
+
 def test_fallback_to_a_chain_is_printed(embedded, prompts):
     """Logits processors (a tree node would need its own ancestors' prefix) and a draft model draft a chain and say
     so."""

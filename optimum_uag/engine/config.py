@@ -18,6 +18,14 @@ DRAFT_POLICIES = ("adaptive", "fixed")
 # (4,4,12) 1.19x tau 2.45; training-set requests (6, 3 repeats) (3,2,5) best again. A verify costs ~1.2 one-token
 # forwards at 6 tokens and ~1.6 at 21 here: a wider tree's extra tau does not pay on this CPU
 DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
+# On a CPU the default tree is chosen per machine from these candidates (runners/cost.py `tree_for_device`): the
+# verify cost curve differs between CPUs. On an Intel Xeon (2 cores) a forward of 3 tokens costs 1.07-1.11 one-token
+# forwards and one of 6 tokens 1.42-1.45 (MKL switches kernels at 4 rows), and on 8 held-out chat requests at a fixed
+# policy (1, 2, 2) ran 1.48x the fastest target-only path against 1.21x for (3, 2, 5) (tau 1.91 against 2.14;
+# benchmarks/results/tree_sweep_intel.json); on the AMD EPYC of earlier sessions a 6-token verify cost ~1.1 and
+# (3, 2, 5) was the best of the wider trees. Each candidate: (shape, its tau there, head steps a round: the catch-up
+# and one per level below the first)
+DEVICE_TREES = ((DEFAULT_TREE, 2.14, 3), (TreeShape(depth=1, top_k=2, nodes=2), 1.91, 1))
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given
@@ -62,6 +70,7 @@ class AssistedConfig:
     generation_config: GenerationConfig | None = None  # the merged config (for transformers' logits processors)
     tree: TreeShape | None = None  # a draft tree (engine/tree.py) where the drafter, runner and options allow
     tree_requested: bool = False  # the caller asked for it (draft_tree=True): a fallback to a chain is printed
+    tree_default: bool = False  # no tree_depth / tree_top_k / tree_nodes given: a CPU chooses among DEVICE_TREES
     adaptive: bool = False  # draft length chosen per round from measured cost and acceptance (engine/policy.py)
     adaptive_requested: bool = False  # draft_policy="adaptive" given: a backend that cannot run it says so
     # a tree's verify nodes added for a prompt-lookup branch the head endorses (its first tokens are the head's own
@@ -204,6 +213,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         generation_config=config,
         tree=tree,
         tree_requested=requested,
+        tree_default=tree is not None and all(tree_args[f"tree_{k}"] is None for k in ("depth", "top_k", "nodes")),
         tree_branch_nodes=int(lookup or 0) if tree is not None else 0,
         tree_branch_max=(max(HEAD_LOOKUP_MAX_TOKENS, int(lookup)) if lookup_is_default and lookup
                          else int(lookup or 0)) if tree is not None else 0,

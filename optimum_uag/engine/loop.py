@@ -13,7 +13,7 @@ from transformers.utils import ModelOutput
 from ..distributed import choice_agreement, stop_agreement
 from ..runners import plan_for
 from .commit import commit, stopping_criteria
-from .config import AssistedConfig, resolve_config, validate_inputs
+from .config import DEVICE_TREES, AssistedConfig, resolve_config, validate_inputs
 from .drafters import Drafter, build_drafter, pad_proposal, resolve_assistant
 from .metrics import Metrics
 from .processors import TargetScorer
@@ -120,6 +120,18 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
                                   prefix_allowed_tokens_fn))
         runner = runner_factory(model, call.state.batch_size, call.capacity, call.pad)
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
+        if (cfg.tree is not None and cfg.tree_default and runner_device(runner) == "cpu" and not plan.static_verify
+                and not torch_compile):
+            # the default tree for this CPU's verify cost curve (config.DEVICE_TREES); ranks of a multi-process run
+            # measure together (the forwards' collectives) and take rank 0's choice
+            from ..runners.cost import tree_for_device
+
+            shape = tree_for_device(model, call.state.batch_size, DEVICE_TREES, cost_prior(model, assistant_model))
+            agree = choice_agreement()
+            if agree is not None:
+                shapes = [c[0] for c in DEVICE_TREES]
+                shape = shapes[agree(shapes.index(shape), input_ids)]
+            cfg.tree = shape
         if cfg.tree is None and cfg.lookup_is_default and call.state.batch_size > 1 and runner_device(runner) == "cpu":
             # a head's chain at batch > 1 on a CPU drafts without the default n-grams in front: a round where one
             # row's n-gram matches verifies B x (lookup + 1) tokens, and the adaptive policy, timing those rounds,

@@ -47,3 +47,28 @@ def verify_cost(model, widths=(1, 2, 4, 8, 16, 32), batch: int = 1, context: int
     ms = {w: v * 1e3 for w, v in seconds.items()}
     return {"ms": {w: round(v, 3) for w, v in ms.items()},
             "relative": {w: round(v / ms[1], 3) for w, v in ms.items()}, "batch": batch, "context": context}
+
+
+DEVICE_TREE_CONTEXT = 64  # cached tokens under the measured forwards (the curve's shape, not its level, decides)
+
+
+@torch.no_grad()
+def tree_for_device(model, batch: int, candidates, head_cost: float):
+    """The candidate tree (engine/config.py DEVICE_TREES: (shape, tau, head steps)) with the best expected rate on
+    this machine, tau / (cost of a (nodes + 1)-token forward + head steps x head_cost), the verify costs measured
+    here (the widths interleaved, once per process, model, batch and thread count: ~16 forwards, 0.8 s for SmolLM2
+    on 2 cores). Set OPTIMUM_UAG_DEVICE_TREE=0 to keep the first candidate (the fixed default)."""
+    import os
+
+    from ..registry import model_state
+
+    if os.environ.get("OPTIMUM_UAG_DEVICE_TREE", "1") == "0" or len(candidates) == 1:
+        return candidates[0][0]
+    widths = sorted({1, *(shape.nodes + 1 for shape, _, _ in candidates)})
+    key = ("verify_curve", batch, tuple(widths), torch.get_num_threads())
+    state = model_state(model)
+    if key not in state:
+        seconds = _interleaved_seconds(model, batch, widths, DEVICE_TREE_CONTEXT, 3)
+        state[key] = {w: seconds[w] / seconds[1] for w in widths}
+    curve = state[key]
+    return max(candidates, key=lambda c: c[1] / (curve[c[0].nodes + 1] + c[2] * head_cost))[0]
