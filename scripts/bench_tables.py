@@ -196,10 +196,14 @@ def tables() -> dict:
     intel = _load(RESULTS / "feature_head_intel.json")  # the same benchmark on an Intel Xeon
     if intel is not None:
         out["feature_head_intel"] = feature_head_table(intel)
-    for name in ("datastore", "tree_prior"):  # benchmarks/bench_datastore.py, bench_tree_prior.py
+    for name in ("datastore", "tree_prior", "tree_prior_decay"):  # benchmarks/bench_datastore.py, bench_tree_prior.py
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)
+    sweep = _load(RESULTS / "tree_sweep_intel.json")  # benchmarks/bench_tree_sweep.py on an Intel Xeon
+    if sweep is not None:
+        out["tree_sweep_intel"] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(
+            sweep["held_out_chat"], command=sweep["command"], cpu=sweep["cpu"], date=sweep["date"])}})
     plain = _load(RESULTS / "plain_round.json")
     if plain is not None:
         out["plain_round"] = "\n".join(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..engine.config import DEFAULT_TREE
+from ..engine.config import DEFAULT_TREE, DEVICE_TREES
 from ..upstream_flags import add_upstream_flags
 
 
@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dynamic draft trees (EAGLE-2): auto = on for a feature head when --num_assistant_tokens is not "
                         "given (a chain for batches on a CPU); off drafts a chain of K; a `--tree_*` flag asks for a "
                         "tree as `on` does")
-    p.add_argument("--tree_depth", type=int, default=None, help=f"levels below the root (default {DEFAULT_TREE.depth})")
+    trees = ", ".join(f"({s.depth}, {s.top_k}, {s.nodes})" for s, _, _ in DEVICE_TREES)
+    p.add_argument("--tree_depth", type=int, default=None, help=f"levels below the root (default {DEFAULT_TREE.depth}; "
+                   f"with no --tree_* flag an eager CPU run picks the tree (depth, top_k, nodes) among {trees} that "
+                   "its measured verify cost favours)")
     p.add_argument("--tree_top_k", type=int, default=None, help="children per expanded node and frontier width "
                    f"(default {DEFAULT_TREE.top_k})")
     p.add_argument("--tree_nodes", type=int, default=None, help="nodes verified per round, the verify bucket "
