@@ -4,8 +4,8 @@
     python scripts/bench_tables.py          # rewrite the tables between their markers
     python scripts/bench_tables.py --check  # exit 1 when a table differs from what the results files give
 
-Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py; feature_head_intel.json: the same on
-an Intel Xeon), benchmarks/results/adaptive.json
+Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py; feature_head_intel*.json: the same on
+an Intel Xeon), the A/B files (datastore, tree_prior*, tree_sweep_intel, verify_cost_intel), benchmarks/results/adaptive.json
 (benchmarks/bench_adaptive.py), benchmarks/results/main_job.json
 (README command 1's results.json), optimum_uag/models/smollm2_head/training_log.json (the head's held-out report).
 A table sits between `<!-- table:NAME -->` and `<!-- /table -->` in README.md and docs/benchmarks.md.
@@ -65,6 +65,8 @@ def ab_table(bench: dict) -> str:
     for group, res in bench["groups"].items():
         for name, r in res["rows"].items():
             exact = {True: "yes", False: "**NO**"}.get(r.get("exact"), "-")
+            if "sample" in group and name != "target-only":  # sampled ids differ from target-only's own draws
+                exact = "(sampling)"
             per = ", ".join(f"{v:.2f}" for v in r.get("speedup_vs_best_target_only_per_repeat", []))
             lines.append(f"| {group} | {name} | {r['tokens_per_s']:.1f} | {_x(r['speedup_vs_best_target_only'])} "
                          f"({per}) | {_f(r.get('tau'))} | {r.get('target_calls', '-')} | {exact} |")
@@ -193,13 +195,23 @@ def tables() -> dict:
         out["feature_head"] = feature_head_table(bench)
     if main is not None:
         out["main_job"] = main_job_table(main)
-    intel = _load(RESULTS / "feature_head_intel.json")  # the same benchmark on an Intel Xeon
-    if intel is not None:
-        out["feature_head_intel"] = feature_head_table(intel)
+    for name in ("feature_head_intel", "feature_head_intel_device_tree"):  # the same benchmark on an Intel Xeon
+        intel = _load(RESULTS / f"{name}.json")
+        if intel is not None:
+            out[name] = feature_head_table(intel)
     for name in ("datastore", "tree_prior", "tree_prior_decay"):  # benchmarks/bench_datastore.py, bench_tree_prior.py
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)
+    curve = _load(RESULTS / "verify_cost_intel.json")  # benchmarks/bench_verify_cost.py
+    if curve is not None:
+        widths = list(curve["runs"][0]["relative"])
+        out["verify_cost_intel"] = "\n".join(
+            ["| run | " + " | ".join(f"W={w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
+            + [f"| {i + 1} | " + " | ".join(f"{run['relative'][w]:.2f}" for w in widths) + " |"
+               for i, run in enumerate(curve["runs"])]) + (
+            f"\n\nOne forward of W tokens against one of 1 token, {curve['runs'][0]['context']} tokens cached, the widths "
+            f"interleaved ({curve['cpu']}, {curve['date']}): `{curve['command']}`.")
     sweep = _load(RESULTS / "tree_sweep_intel.json")  # benchmarks/bench_tree_sweep.py on an Intel Xeon
     if sweep is not None:
         out["tree_sweep_intel"] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(

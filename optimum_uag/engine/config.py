@@ -19,12 +19,12 @@ DRAFT_POLICIES = ("adaptive", "fixed")
 # forwards at 6 tokens and ~1.6 at 21 here: a wider tree's extra tau does not pay on this CPU
 DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
 # On a CPU the default tree is chosen per machine from these candidates (runners/cost.py `tree_for_device`): the
-# verify cost curve differs between CPUs. On an Intel Xeon (2 cores) a forward of 3 tokens costs 1.07-1.11 one-token
-# forwards and one of 6 tokens 1.42-1.45 (MKL switches kernels at 4 rows), and on 8 held-out chat requests at a fixed
-# policy (1, 2, 2) ran 1.48x the fastest target-only path against 1.21x for (3, 2, 5) (tau 1.91 against 2.14;
-# benchmarks/results/tree_sweep_intel.json); on the AMD EPYC of earlier sessions a 6-token verify cost ~1.1 and
-# (3, 2, 5) was the best of the wider trees. Each candidate: (shape, its tau there, head steps a round: the catch-up
-# and one per level below the first)
+# verify cost curve differs between CPUs. On an Intel Xeon (2 cores) a forward of 3 tokens costs 1.08-1.10 one-token
+# forwards and one of 6 tokens 1.37-1.42 (MKL switches kernels at 4 rows; benchmarks/results/verify_cost_intel.json),
+# and on 8 held-out chat requests at a fixed policy (1, 2, 2) ran 1.48x the fastest target-only path against 1.21x for
+# (3, 2, 5) (tau 1.91 against 2.14; benchmarks/results/tree_sweep_intel.json); on the AMD EPYC of earlier sessions a
+# 9-token verify cost ~1.17 and (3, 2, 5) was the best of the wider trees. Each candidate: (shape, its tau there,
+# head steps a round: the catch-up and one per level below the first)
 DEVICE_TREES = ((DEFAULT_TREE, 2.14, 3), (TreeShape(depth=1, top_k=2, nodes=2), 1.91, 1))
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
