@@ -199,7 +199,7 @@ def tables() -> dict:
         intel = _load(RESULTS / f"{name}.json")
         if intel is not None:
             out[name] = feature_head_table(intel)
-    for name in ("datastore", "tree_prior", "tree_prior_decay"):  # benchmarks/bench_datastore.py, bench_tree_prior.py
+    for name in ("datastore", "tree_prior", "tree_prior_decay", "tree_default_adaptive_intel"):  # A/B scripts
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)
@@ -249,6 +249,10 @@ def main() -> int:
     stale = []
     for path in FILES:
         text = path.read_text(encoding="utf-8")
+        unknown = sorted(set(re.findall(r"<!-- table:(\w+) -->", text)) - set(generated))
+        if unknown:  # a marker no results file fills (a name not in tables(), or its file missing)
+            print(f"{path.name}: no table for {', '.join(unknown)}", file=sys.stderr)
+            return 1
         new = render(text, generated)
         if new != text:
             stale.append(path.name)
