@@ -5,7 +5,8 @@
     python scripts/bench_tables.py --check  # exit 1 when a table differs from what the results files give
 
 Sources: benchmarks/results/feature_head.json (benchmarks/bench_feature_head.py; feature_head_intel*.json: the same on
-an Intel Xeon), the A/B files (datastore, tree_prior*, tree_sweep_intel, verify_cost_intel), benchmarks/results/adaptive.json
+an Intel Xeon), the A/B files (datastore, tree_prior*, tree_sweep_intel, verify_cost_intel),
+benchmarks/results/adaptive.json
 (benchmarks/bench_adaptive.py), benchmarks/results/main_job.json
 (README command 1's results.json), optimum_uag/models/smollm2_head/training_log.json (the head's held-out report).
 A table sits between `<!-- table:NAME -->` and `<!-- /table -->` in README.md and docs/benchmarks.md.
@@ -210,8 +211,8 @@ def tables() -> dict:
             ["| run | " + " | ".join(f"W={w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
             + [f"| {i + 1} | " + " | ".join(f"{run['relative'][w]:.2f}" for w in widths) + " |"
                for i, run in enumerate(curve["runs"])]) + (
-            f"\n\nOne forward of W tokens against one of 1 token, {curve['runs'][0]['context']} tokens cached, the widths "
-            f"interleaved ({curve['cpu']}, {curve['date']}): `{curve['command']}`.")
+            f"\n\nOne forward of W tokens against one of 1 token, {curve['runs'][0]['context']} tokens cached, the "
+            f"widths interleaved ({curve['cpu']}, {curve['date']}): `{curve['command']}`.")
     sweep = _load(RESULTS / "tree_sweep_intel.json")  # benchmarks/bench_tree_sweep.py on an Intel Xeon
     if sweep is not None:
         out["tree_sweep_intel"] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(

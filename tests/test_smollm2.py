@@ -274,6 +274,7 @@ def test_cli_default_runs_smollm2_with_its_head_and_a_uag_row(smol, tmp_path):
     from optimum_uag.engine.config import DEVICE_TREES
 
     candidates = [[s.depth, s.top_k, s.nodes] for s, _, _ in DEVICE_TREES]
-    assert len(res["rows"]["optimum_uag"]["draft_tree"]) == 1 and res["rows"]["optimum_uag"]["draft_tree"][0] in candidates
+    trees = res["rows"]["optimum_uag"]["draft_tree"]
+    assert len(trees) == 1 and trees[0] in candidates
     assert "input-grounded" in res["prompt_source"]
     assert "optimum-uag UAG" in proc.stdout and "fastest target-only path" in proc.stdout and "tau" in proc.stdout

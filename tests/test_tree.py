@@ -146,10 +146,12 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
 
 
 @pytest.mark.parametrize("curve, head_cost, expected", [
-    # an Intel Xeon's curve (kernels switch at 4 rows; tree_sweep_intel.json), SmolLM2's head (0.074 of its weights)
-    ({1: 1.0, 3: 1.09, 6: 1.43}, 0.074, (1, 2, 2)),
+    # an Intel Xeon's curve (kernels switch at 4 rows; verify_cost_intel.json), SmolLM2's head (0.074 of its weights)
+    ({1: 1.0, 3: 1.10, 6: 1.42}, 0.074, (1, 2, 2)),
     # a flat curve and a head 2% of its target's weights (a large target): the wider tree's tau pays
     ({1: 1.0, 3: 1.0, 6: 1.02}, 0.02, (3, 2, 5)),
+    # an AMD EPYC's (6 tokens 1.03; feature_head.json): (1, 2, 2) ahead by < 5%, within noise: the default stays
+    ({1: 1.0, 3: 1.0, 6: 1.03}, 0.074, (3, 2, 5)),
 ])
 def test_the_default_tree_follows_the_devices_verify_cost(embedded, prompts, monkeypatch, curve, head_cost, expected):
     """On a CPU the default tree is the candidate (config.DEVICE_TREES) with the best expected rate under the verify
@@ -164,7 +166,7 @@ def test_the_default_tree_follows_the_devices_verify_cost(embedded, prompts, mon
     ref = reference(model, ids, mask, 16, tok)
     measured = []
 
-    def seconds(model_, batch_size, widths, context, reps):
+    def seconds(model_, batch_size, widths, context, reps, make=None):
         measured.append(list(widths))
         return {w: curve[w] * 0.01 for w in widths}
 
@@ -188,17 +190,47 @@ def test_the_default_tree_follows_the_devices_verify_cost(embedded, prompts, mon
 
 
 def test_the_devices_tree_is_measured_on_the_real_runner(embedded, prompts, monkeypatch):
-    """The measurement itself (no stand-in): one of the candidates, the output exact."""
+    """The measurement itself (no stand-in): run once on the call's runner factory, a real curve kept for the model,
+    one of the candidates drafted, the output exact; a measurement that fails leaves the default tree, with a
+    warning."""
+    import optimum_uag.runners.cost as cost
     from optimum_uag.engine.config import DEVICE_TREES
+    from optimum_uag.registry import model_state
 
     model, tok = embedded["target"]
     head = make_head(model, 300)
     ids, mask = batch(tok, prompts[1:2])
     monkeypatch.setenv("OPTIMUM_UAG_DEVICE_TREE", "1")
-    out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
-    assert torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
+    state = model_state(model)
+    for key in [k for k in state if isinstance(k, tuple) and k[0] == "verify_curve"]:
+        state.pop(key)
+    real, calls = cost._interleaved_seconds, []
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cost, "_interleaved_seconds", spy)
+    for _ in range(2):
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
+        assert torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
+    assert len(calls) == 1 and calls[0][5] is not None  # once, on the call's own factory
+    curves = [v for k, v in state.items() if isinstance(k, tuple) and k[0] == "verify_curve"]
+    assert len(curves) == 1 and curves[0][1] == 1.0
+    assert all(0 < v < float("inf") for v in curves[0].values()) and set(curves[0]) == {1, 3, 6}
     shapes = {(s.depth, s.top_k, s.nodes) for s, _, _ in DEVICE_TREES}
     assert set(out.metrics.tree_shapes) <= shapes and out.metrics.tree_rounds > 0
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("no room")
+
+    for key in [k for k in state if isinstance(k, tuple) and k[0] == "verify_curve"]:
+        state.pop(key)
+    monkeypatch.setattr(cost, "_interleaved_seconds", fails)
+    with pytest.warns(UserWarning, match="could not measure this device's verify cost"):
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
+    assert out.metrics.tree_shapes == [(DEFAULT_TREE.depth, DEFAULT_TREE.top_k, DEFAULT_TREE.nodes)]
+    assert torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
 
 
 def test_fallback_to_a_chain_is_printed(embedded, prompts):

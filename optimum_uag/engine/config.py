@@ -26,6 +26,8 @@ DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
 # 9-token verify cost ~1.17 and (3, 2, 5) was the best of the wider trees. Each candidate: (shape, its tau there,
 # head steps a round: the catch-up and one per level below the first)
 DEVICE_TREES = ((DEFAULT_TREE, 2.14, 3), (TreeShape(depth=1, top_k=2, nodes=2), 1.91, 1))
+# (a call sizes its caches for DEFAULT_TREE before the choice: no candidate may be deeper or wider)
+assert all(s.depth <= DEFAULT_TREE.depth and s.nodes <= DEFAULT_TREE.nodes for s, _, _ in DEVICE_TREES)
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 HEAD_NUM_ASSISTANT_TOKENS = 3  # a feature head's chain K where it drafts a chain (draft_tree=False, processors)
 HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt_lookup_num_tokens is given

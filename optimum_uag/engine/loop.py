@@ -126,7 +126,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
             # measure together (the forwards' collectives) and take rank 0's choice
             from ..runners.cost import tree_for_device
 
-            shape = tree_for_device(model, call.state.batch_size, DEVICE_TREES, cost_prior(model, assistant_model))
+            shape = tree_for_device(model, call.state.batch_size, DEVICE_TREES, cost_prior(model, assistant_model),
+                                    plan.make_runner)
             agree = choice_agreement()
             if agree is not None:
                 shapes = [c[0] for c in DEVICE_TREES]

@@ -73,9 +73,9 @@ def packing_pays(out_features: int, in_features: int) -> bool:
     Each timed pass runs the kernel over enough copies of the weight (STREAM_BYTES in all) that the weights come
     from memory, as in a forward, where every layer's weights are read once. Timed on one weight, repeated, the
     weight sits in the core's cache, and the two kernels rank differently: on an Intel Xeon the packed 576 x 576
-    projection measured 27-38 us against F.linear's 45-57 us at 4-9 rows from cache, but a SmolLM2 forward with it
-    packed ran 1.17x slower at one token and no faster at 6-17 (benchmarks/results/packing.json); the choice also
-    flipped from one process to the next."""
+    projection measured 33.9 / 41.0 us against F.linear's 41.0 / 47.9 us at 6 / 9 rows from cache, a close call
+    over 1 + 8 rows that noise could tip, but a SmolLM2 forward with it packed ran 1.16x slower at one token and no
+    faster at 6-17 (benchmarks/results/packing.json)."""
     key = (out_features, in_features, torch.get_num_threads())
     if key not in _PAYS:
         gen = torch.Generator().manual_seed(0)
