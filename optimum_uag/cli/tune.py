@@ -17,7 +17,9 @@ from pathlib import Path
 
 from .common import fail
 
-TREE_GRID = ((4, 3, 8), (5, 4, 12), (5, 4, 16), (6, 4, 24))  # (depth, top_k, nodes) tried for a feature head
+# (depth, top_k, nodes) tried for a feature head: the candidates of the default (engine/config.py DEVICE_TREES, which
+# a CPU run chooses among by its measured verify cost) and wider trees
+TREE_GRID = ((1, 2, 2), (3, 2, 5), (4, 3, 8), (5, 4, 12), (5, 4, 16), (6, 4, 24))
 from .loading import load_assistant, load, resolve_device
 from .prompts import apply_chat, read_prompts
 
@@ -90,7 +92,7 @@ def run_tune(argv=None) -> dict:
     return {
         "target": target_path, "prompt_source": source, "num_prompts": n_prompts,
         "target_only_seconds": seconds, "best_target_only": best, "results": rows, "best": rows[0],
-        "verify_cost": verify_cost(model, (1, 2, 4, 8, 12, 16, 24, 32)),
+        "verify_cost": verify_cost(model, (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)),
         "recommended_command": _command(args, rows[0]), "args": vars(args),
     }
 
