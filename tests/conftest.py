@@ -2,7 +2,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# the default draft tree stays DEFAULT_TREE (a CPU's measured choice, runners/cost.py tree_for_device, is tested on
+# the default draft tree stays DEFAULT_TREE (a CPU's measured choice, engine/loop.py _device_tree, is tested on
 # its own in test_tree.py: measured on the tiny test models it could differ from run to run)
 os.environ.setdefault("OPTIMUM_UAG_DEVICE_TREE", "0")
 

@@ -155,8 +155,8 @@ def test_tree_is_used_by_default_and_num_assistant_tokens_fixes_a_chain(embedded
 ])
 def test_the_default_tree_follows_the_devices_verify_cost(embedded, prompts, monkeypatch, curve, head_cost, expected):
     """On a CPU the default tree is the candidate (config.DEVICE_TREES) with the best expected rate under the verify
-    cost curve measured here (runners/cost.py tree_for_device, once per model and batch); a tree shape given, or
-    OPTIMUM_UAG_DEVICE_TREE=0, keeps what was asked. Exact either way."""
+    cost curve measured here (engine/loop.py _device_tree; the curve measured once per model and batch); a tree shape
+    given, or OPTIMUM_UAG_DEVICE_TREE=0, keeps what was asked. Exact either way."""
     import optimum_uag.runners.cost as cost
     from optimum_uag.registry import model_state
 

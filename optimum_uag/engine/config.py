@@ -18,8 +18,8 @@ DRAFT_POLICIES = ("adaptive", "fixed")
 # (4,4,12) 1.19x tau 2.45; training-set requests (6, 3 repeats) (3,2,5) best again. A verify costs ~1.2 one-token
 # forwards at 6 tokens and ~1.6 at 21 here: a wider tree's extra tau does not pay on this CPU
 DEFAULT_TREE = TreeShape(depth=3, top_k=2, nodes=5)
-# On a CPU the default tree is chosen per machine from these candidates (runners/cost.py `tree_for_device`): the
-# verify cost curve differs between CPUs. On an Intel Xeon (2 cores) a forward of 3 tokens costs 1.08-1.10 one-token
+# On a CPU the default tree is chosen per machine from these candidates (engine/loop.py `_device_tree`, on the curve of
+# runners/cost.py `relative_curve`): the verify cost curve differs between CPUs. On an Intel Xeon (2 cores) a forward of 3 tokens costs 1.08-1.10 one-token
 # forwards and one of 6 tokens 1.37-1.42 (MKL switches kernels at 4 rows; benchmarks/results/verify_cost_intel.json),
 # and on 8 held-out chat requests at a fixed policy (1, 2, 2) ran 1.48x the fastest target-only path against 1.21x for
 # (3, 2, 5) (tau 1.91 against 2.14; benchmarks/results/tree_sweep_intel.json); on the AMD EPYC of earlier sessions a

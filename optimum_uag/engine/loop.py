@@ -122,17 +122,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         cfg.tree = _tree_or_chain(cfg, runner, call.scorer.needed, assistant_model, call.state.batch_size)
         if (cfg.tree is not None and cfg.tree_default and runner_device(runner) == "cpu" and not plan.static_verify
                 and not torch_compile):
-            # the default tree for this CPU's verify cost curve (config.DEVICE_TREES); ranks of a multi-process run
-            # measure together (the forwards' collectives) and take rank 0's choice
-            from ..runners.cost import tree_for_device
-
-            shape = tree_for_device(model, call.state.batch_size, DEVICE_TREES, cost_prior(model, assistant_model),
-                                    plan.make_runner)
-            agree = choice_agreement()
-            if agree is not None:
-                shapes = [c[0] for c in DEVICE_TREES]
-                shape = shapes[agree(shapes.index(shape), input_ids)]
-            cfg.tree = shape
+            cfg.tree = _device_tree(model, call.state.batch_size, cost_prior(model, assistant_model), plan.make_runner,
+                                    input_ids)
         if cfg.tree is None and cfg.lookup_is_default and call.state.batch_size > 1 and runner_device(runner) == "cpu":
             # a head's chain at batch > 1 on a CPU drafts without the default n-grams in front: a round where one
             # row's n-gram matches verifies B x (lookup + 1) tokens, and the adaptive policy, timing those rounds,
@@ -331,6 +322,48 @@ def _tree_or_chain(cfg: AssistedConfig, runner, processors: bool, assistant_mode
     if cfg.tree_requested or isinstance(assistant_model, FeatureHead):
         warnings.warn(f"optimum-uag: drafting a chain instead of a tree: {why}", stacklevel=4)
     return None
+
+
+DEVICE_TREE_MARGIN = 1.05  # another candidate replaces the first only when its expected rate is this much higher
+# above this many weights per token the measurement is skipped (the first candidate kept): its ~20 forwards would cost
+# a large model on a CPU seconds to minutes, and a forward that streams that many weights is memory-bound, so its
+# cost curve is flat across a few tokens (the first candidate's case)
+DEVICE_TREE_MAX_WEIGHTS = 1_000_000_000
+
+
+def _device_tree(model, batch: int, head_cost: float, make, like: torch.Tensor):
+    """The default tree for this CPU (config.DEVICE_TREES: (shape, tau, head steps), the first the default): the
+    candidate with the best expected rate, tau / (cost of a (nodes + 1)-token forward + head steps x head_cost), the
+    verify costs measured on the call's own runner factory (runners/cost.py relative_curve). Another candidate
+    replaces the first only when it is DEVICE_TREE_MARGIN ahead (two within noise of each other keep the default, the
+    same in every process). The first is kept without measuring with OPTIMUM_UAG_DEVICE_TREE=0, above
+    DEVICE_TREE_MAX_WEIGHTS weights per token, or when the measurement fails in a single-process run (a warning says
+    so). Ranks of a multi-process run measure together (the forwards' collectives) and take rank 0's choice."""
+    import os
+
+    from ..runners.cost import relative_curve
+    from .policy import weights_per_token
+
+    shapes = [shape for shape, _, _ in DEVICE_TREES]
+    choice = 0
+    if os.environ.get("OPTIMUM_UAG_DEVICE_TREE", "1") != "0" and weights_per_token(model) <= DEVICE_TREE_MAX_WEIGHTS:
+        agree = choice_agreement()
+        try:
+            curve = relative_curve(model, batch, [shape.nodes + 1 for shape in shapes], make)
+        except Exception as err:  # (a model too short for the measurement's context, memory)
+            if agree is not None:
+                raise
+            first = shapes[0]
+            warnings.warn(f"optimum-uag: could not measure this device's verify cost ({type(err).__name__}: {err}); "
+                          f"drafting the default tree {(first.depth, first.top_k, first.nodes)}", stacklevel=4)
+            curve = None
+        if curve is not None:
+            rates = [tau / (curve[shape.nodes + 1] + steps * head_cost) for shape, tau, steps in DEVICE_TREES]
+            best = max(range(len(rates)), key=rates.__getitem__)
+            choice = best if rates[best] > DEVICE_TREE_MARGIN * rates[0] else 0
+        if agree is not None:
+            choice = agree(choice, like)
+    return shapes[choice]
 
 
 def _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,

@@ -52,8 +52,8 @@ TREE_DECAY = 0.97
 # a draft every round 1.45x; benchmarks/results/tree_prior.json). A tree that does not pay (0.86x) is given up after
 # ~24 rounds instead of ~5 (tests/test_policy.py). The prior's weight does not decay while the tree's rounds do
 # (their decayed count levels off at ~33), so it keeps ~19% of the estimate: a tree measured at 0.92-0.97x keeps
-# drafting (simulated: ~89% of its rounds; it costs those trees up to ~8%). Letting the prior decay too is the
-# alternative, not measured on a model yet; on this CPU a draft every round was the fastest row in both groups.
+# drafting (simulated: ~89% of its rounds; it costs those trees up to ~8%). A prior that decays too (TREE_PRIOR_DECAY)
+# measured no better; on this CPU a draft every round was the fastest row in both groups.
 TREE_PRIOR_ROUNDS = 8.0
 TREE_PRIOR_RATE = 1.2
 # the prior's weight times this per tree round (TREE_DECAY: the prior as rounds before the first); decaying measured no

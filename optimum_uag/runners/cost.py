@@ -50,53 +50,23 @@ def verify_cost(model, widths=(1, 2, 4, 8, 16, 32), batch: int = 1, context: int
             "relative": {w: round(v / ms[1], 3) for w, v in ms.items()}, "batch": batch, "context": context}
 
 
-DEVICE_TREE_CONTEXT = 64  # cached tokens under the measured forwards (the curve's shape, not its level, decides)
-DEVICE_TREE_REPS = 5
-DEVICE_TREE_MARGIN = 1.05  # another candidate replaces the first only when its expected rate is this much higher
-# above this many weights per token the measurement is skipped (the first candidate kept): its ~20 forwards would cost
-# a large model on a CPU seconds to minutes, and a forward that streams that many weights is memory-bound, so its
-# cost curve is flat across a few tokens (the first candidate's case)
-DEVICE_TREE_MAX_WEIGHTS = 1_000_000_000
+CURVE_CONTEXT = 64  # cached tokens under the forwards of `relative_curve` (the curve's shape, not its level, decides)
+CURVE_REPS = 5
 
 
 @torch.no_grad()
-def tree_for_device(model, batch: int, candidates, head_cost: float, make=None):
-    """The candidate tree (engine/config.py DEVICE_TREES: (shape, tau, head steps), the first the default) with the
-    best expected rate on this machine, tau / (cost of a (nodes + 1)-token forward + head steps x head_cost), the
-    verify costs measured here on the call's own runner factory `make` (the widths interleaved; once per process,
-    model, dtype, batch, thread count and factory: 2 + DEVICE_TREE_REPS forwards of each width after a 64-token
-    prefill). Another candidate replaces the first only when it is DEVICE_TREE_MARGIN ahead (two within noise of each
-    other keep the default, the same in every process). The first is kept without measuring with
-    OPTIMUM_UAG_DEVICE_TREE=0, above DEVICE_TREE_MAX_WEIGHTS weights per token, or when the measurement fails in a
-    single-process run (a warning says so; ranks of a multi-process run raise alike)."""
-    import os
-    import warnings
-
-    from ..engine.policy import weights_per_token
+def relative_curve(model, batch: int, widths, make=None) -> dict:
+    """{W: seconds of a W-token forward / seconds of a 1-token one}, measured on the runner factory `make` (the
+    call's own; default registry.make_runner), the widths interleaved, 2 + CURVE_REPS forwards of each after a
+    CURVE_CONTEXT-token prefill; once per process, model, dtype, batch, widths, thread count and factory (kept in
+    the model's state, dropped with the model)."""
     from ..registry import model_state
 
-    first = candidates[0][0]
-    if (os.environ.get("OPTIMUM_UAG_DEVICE_TREE", "1") == "0" or len(candidates) == 1
-            or weights_per_token(model) > DEVICE_TREE_MAX_WEIGHTS):
-        return first
-    widths = sorted({1, *(shape.nodes + 1 for shape, _, _ in candidates)})
-    key = ("verify_curve", batch, tuple(widths), torch.get_num_threads(), model.dtype,
+    widths = tuple(sorted({1, *(int(w) for w in widths)}))
+    key = ("verify_curve", batch, widths, torch.get_num_threads(), model.dtype,
            getattr(make, "keywords", None) and tuple(sorted(make.keywords.items())))
     state = model_state(model)
     if key not in state:
-        try:
-            seconds = _interleaved_seconds(model, batch, widths, DEVICE_TREE_CONTEXT, DEVICE_TREE_REPS, make)
-        except Exception as err:  # (a model too short for the measurement's context, memory)
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                raise
-            warnings.warn(f"optimum-uag: could not measure this device's verify cost ({type(err).__name__}: {err}); "
-                          f"drafting the default tree {(first.depth, first.top_k, first.nodes)}", stacklevel=4)
-            state[key] = None
-        else:
-            state[key] = {w: seconds[w] / seconds[1] for w in widths}
-    curve = state[key]
-    if curve is None:
-        return first
-    rate = {shape: tau / (curve[shape.nodes + 1] + steps * head_cost) for shape, tau, steps in candidates}
-    best = max(rate, key=rate.get)
-    return best if rate[best] > DEVICE_TREE_MARGIN * rate[first] else first
+        seconds = _interleaved_seconds(model, batch, widths, CURVE_CONTEXT, CURVE_REPS, make)
+        state[key] = {w: seconds[w] / seconds[1] for w in widths}
+    return state[key]
