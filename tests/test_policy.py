@@ -446,3 +446,20 @@ def test_the_heads_catch_up_as_wide_as_the_last_round_drafts_what_the_fixed_widt
     assert len(narrow_drafts) == len(wide_drafts) > 5
     assert all(torch.equal(a, b) for a, b in zip(narrow_drafts, wide_drafts))
     assert narrow.metrics.accepted_tokens > 0
+
+
+def test_t0_is_refreshed_rarely_while_drafting_pays_by_far():
+    """A round without a draft every REFRESH drafting rounds near the break-even; every REFRESH_FAR rounds while the
+    expected rate is REFRESH_MARGIN or more (a tree at 1.6x: ~1 round in 128 without a draft after the start, a
+    tree at 1.1x: one in 32)."""
+    from optimum_uag.engine.policy import REFRESH, REFRESH_FAR
+
+    for tokens_per_round, gap in ((3.2, REFRESH_FAR), (2.2, REFRESH)):
+        policy, ks = AdaptivePolicy(start_k=3, tree=True), []
+        for _ in range(400):
+            k = policy.next()
+            ks.append(k)
+            policy.observe(k, 1.0 if k == 0 else 2.0, 1 if k == 0 else tokens_per_round, 1, None)
+        plain = [i for i, k in enumerate(ks) if k == 0]
+        later = [b - a - 1 for a, b in zip(plain, plain[1:]) if a > 40]  # drafting rounds between refreshes
+        assert later and all(g == gap for g in later), (tokens_per_round, later)

@@ -87,6 +87,30 @@ def test_tree_verify_accepts_the_true_branch_and_keeps_the_cache_exact(embedded,
     assert torch.equal(state.sequences()[:, : ref.shape[1]], ref)
 
 
+def test_keep_path_moves_only_what_is_off_its_place(embedded):
+    """The eager CPU runner's keep_path with the path's lengths moves only up to the last column that is off its
+    slot (nothing for a path in place, or an empty one): the committed slots come out as the full fixed-size
+    gather leaves them."""
+    model, _ = embedded["target"]
+    start = torch.tensor([5, 9, 7])
+    cases = [([[1, 2, 3], [1, 2, 3], [1, 2, 3]], [3, 2, 0]),  # every path in place: no move
+             ([[2, 4, 4], [1, 3, 3], [0, 0, 0]], [2, 2, 0]),  # moves in two rows, padding repeats the last column
+             ([[1, 2, 6], [2, 2, 2], [1, 2, 3]], [3, 1, 2])]
+    for columns, accepted in cases:
+        runners = [make_runner(model, 3, 24, torch.zeros(3, dtype=torch.long)) for _ in range(2)]
+        tokens = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(0))
+        for runner in runners:  # the same block: the same keys / values
+            runner.forward(tokens, torch.zeros(3, dtype=torch.long))
+        columns, accepted = torch.tensor(columns), torch.tensor(accepted)
+        runners[0].keep_path(start, columns)  # the fixed-size gather
+        runners[1].keep_path(start, columns, accepted)
+        for a, b in zip(runners[0].cache.layers, runners[1].cache.layers):
+            for row in range(3):
+                kept = slice(0, int(start[row] + 1 + accepted[row]))  # committed: up to the path's last slot
+                assert torch.equal(a.keys[row, :, kept], b.keys[row, :, kept])
+                assert torch.equal(a.values[row, :, kept], b.values[row, :, kept])
+
+
 @pytest.mark.parametrize("shape", [dict(), dict(tree_depth=4, tree_top_k=4, tree_nodes=12),
                                    dict(tree_depth=6, tree_top_k=3, tree_nodes=20)])
 @pytest.mark.parametrize("lookup", [0, 6])
@@ -449,7 +473,7 @@ def test_tree_sampling_with_a_repeated_node_keeps_the_target_distribution():
         def forward(self, tokens, start, logits_to_keep=0, hidden=False, tree=None):
             return table.expand(tokens.shape[0], -1, -1)
 
-        def keep_path(self, start, columns):
+        def keep_path(self, start, columns, accepted=None):
             pass
 
     state = DecodingState.create(torch.tensor([[5, 6]]).expand(rows, -1), torch.zeros(rows, dtype=torch.long), 8, 0, 4)

@@ -26,7 +26,8 @@ after the first is verified only while the active rows' mean cumulative draft pr
 token costs at the best chain's rate (gate()); K is then the gate's ceiling, one past the best fixed length. At
 batch > 1 one verify serves every row, so a position pays by the rows likely to reach it: a fixed K must be short
 for the unsure rows. While
-drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes). A draft
+drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes); every
+128 while drafting's rate is 1.3x or more. A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
 come.
 
@@ -61,6 +62,13 @@ TREE_PRIOR_RATE = 1.2
 TREE_PRIOR_DECAY = 1.0
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
+# ... while drafting's expected rate is within REFRESH_MARGIN of the rate without a draft; further above it, one every
+# REFRESH_FAR rounds. A stale t0 only moves the estimate by the CPU's drift since it was measured (25-35% here), which
+# cannot take a rate of 1.3 below 1; where it errs the other way (the CPU slowed: the rate read low) a switch-off
+# costs one round without a draft, which measures t0 again. SmolLM2 + its head on chat at 128 new tokens (~65
+# rounds): 2 of its ~4 rounds without a draft were refreshes (rounds_without_draft_share 0.05)
+REFRESH_MARGIN = 1.3
+REFRESH_FAR = 128
 MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
 PROBE_ROUNDS = 2  # drafting rounds per probe
 OFF_BELOW = 0.97  # drafting stops when its expected rate falls below this share of the rate without a draft
@@ -225,7 +233,7 @@ class AdaptivePolicy:
         draft_pays = rate > (OFF_BELOW if self.without == 0 else 1.0)
         if draft_pays:
             self.gap = 0
-            return 0 if self.drafting >= REFRESH else k
+            return 0 if self.drafting >= (REFRESH if rate < REFRESH_MARGIN else REFRESH_FAR) else k
         if self.without >= PROBE_GAPS[min(self.gap, len(PROBE_GAPS) - 1)]:
             self.gap += 1
             self.probing = PROBE_ROUNDS - 1

@@ -157,7 +157,7 @@ class Verifier:
             # the same tokens) reads that node's sample (engine/tree.py same_prefix_columns)
             target_tokens = target_tokens.gather(1, same_prefix_columns(tree, nodes, proposal.valid))
         path = tree_accept(target_tokens, nodes, tree, proposal.valid)
-        self.runner.keep_path(start, path.columns)
+        self.runner.keep_path(start, path.columns, path.accepted)
         batch = nodes.shape[0]
         tokens = torch.cat([nodes.gather(1, (path.columns - 1).clamp_min(0)), nodes.new_zeros(batch, 1)], 1)
         tokens.scatter_(1, path.accepted[:, None], target_tokens.gather(1, path.last[:, None]))

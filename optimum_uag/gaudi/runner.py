@@ -232,9 +232,10 @@ class GaudiModelRunner:
         """Draft trees (engine/tree.py) on reuse_cache models: one block, a tree mask, holes by slot mapping."""
         return self.mechanism == "reuse_cache"
 
-    def keep_path(self, start: torch.Tensor, columns: torch.Tensor) -> None:
+    def keep_path(self, start: torch.Tensor, columns: torch.Tensor, accepted: torch.Tensor | None = None) -> None:
         """After a tree verify: the accepted path's columns already hold slots start + depth; the other nodes'
-        columns are hidden (slot -1). No key / value moves: the slot map is the compaction."""
+        columns are hidden (slot -1). No key / value moves: the slot map is the compaction (`accepted` unused:
+        padding columns repeat the path's last, already on it)."""
         block = self._tree_columns  # (L,) physical columns of the last tree block
         on_path = torch.zeros(columns.shape[0], block.shape[0], dtype=torch.bool, device=self.device)
         on_path[:, 0] = True
