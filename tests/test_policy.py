@@ -118,9 +118,9 @@ def test_a_tree_with_an_unlucky_start_stays_on(monkeypatch):
             policy.observe(k, 1.0 if k == 0 else 1.65, tokens, 1, None)
         return ks
 
-    assert sum(k == 0 for k in run()[2:]) <= 2  # the first two rounds measure t0
+    assert sum(k == 0 for k in run()) <= 3  # one round measures t0 (after the tree's first five)
     monkeypatch.setattr(policy_module, "TREE_PRIOR_ROUNDS", 0.0)
-    assert sum(k == 0 for k in run()[2:]) >= 30
+    assert sum(k == 0 for k in run()) >= 30
 
 
 def test_a_probes_first_round_carries_the_catch_up_and_is_not_timed():
@@ -463,3 +463,19 @@ def test_t0_is_refreshed_rarely_while_drafting_pays_by_far():
         plain = [i for i, k in enumerate(ks) if k == 0]
         later = [b - a - 1 for a, b in zip(plain, plain[1:]) if a > 40]  # drafting rounds between refreshes
         assert later and all(g == gap for g in later), (tokens_per_round, later)
+
+
+def test_a_tree_drafts_first_and_measures_t0_in_one_round():
+    """A tree drafts from the call's first round (the warm-up) through its first MIN_ROUNDS timed rounds, then one
+    round without a draft measures t0 (timed: it is not the call's first round); a chain measures t0 first, in a
+    warm-up and a timed round, so that a costly draft is judged before it runs."""
+    from optimum_uag.engine.policy import MIN_ROUNDS
+
+    tree = AdaptivePolicy(start_k=3, tree=True)
+    ks = _simulate(tree, 12, 1.0, lambda k: 1.4, lambda r: 2.5, None)
+    assert ks[: MIN_ROUNDS + 2] == [3] * (MIN_ROUNDS + 1) + [0] and all(k > 0 for k in ks[MIN_ROUNDS + 2:]), ks
+    assert tree.t0 == 1.0
+    chain = AdaptivePolicy(start_k=3)
+    import random
+    ks = _simulate(chain, 4, 1.0, lambda k: 1.0 + 0.05 * k, lambda r: 0.85, random.Random(0))
+    assert ks[:3] == [0, 0, 3], ks
