@@ -7,6 +7,8 @@ target-only row.
 
     python benchmarks/bench_tree_prior.py --group chat --repeats 2 --output benchmarks/results/tree_prior.json
     python benchmarks/bench_tree_prior.py --group sample --repeats 2 --output benchmarks/results/tree_prior.json --merge
+    python benchmarks/bench_tree_prior.py --group grounded --repeats 3 --priors 8:1.2 --tree_first both \
+        --output benchmarks/results/tree_first.json
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def main():
     p.add_argument("--priors", default="8:1.2,0:1.2",
                    help="ROUNDS:RATE[:DECAY] of the adaptive rows (0 rounds: no prior; DECAY: the prior's weight's "
                         "factor per tree round, default 1)")
+    p.add_argument("--tree_first", choices=("on", "off", "both"), default="off",
+                   help="engine/policy.py TREE_FIRST for the adaptive rows (both: each prior twice, an A/B of the "
+                        "start: a tree's first rounds draft and one round measures t0, or t0 first in two rounds)")
     add_ab_arguments(p)
     args = p.parse_args()
     target, tok, head, greedy = smollm2_with_head()
@@ -34,15 +39,18 @@ def main():
                                                      pad_token_id=tok.pad_token_id)
     prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
 
-    def adaptive(rounds, rate, decay):
+    def adaptive(rounds, rate, decay, tree_first):
         def run(enc, m):
-            saved = policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY
-            policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY = rounds, rate, decay
+            names = ("TREE_PRIOR_ROUNDS", "TREE_PRIOR_RATE", "TREE_PRIOR_DECAY", "TREE_FIRST")
+            saved = [getattr(policy, n) for n in names]
+            for n, v in zip(names, (rounds, rate, decay, tree_first)):
+                setattr(policy, n, v)
             try:
                 return assisted_generate(target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m,
                                          **gen)
             finally:
-                policy.TREE_PRIOR_ROUNDS, policy.TREE_PRIOR_RATE, policy.TREE_PRIOR_DECAY = saved
+                for n, v in zip(names, saved):
+                    setattr(policy, n, v)
         return run
 
     rows = dict(target_only_rows(target, gen))
@@ -51,7 +59,8 @@ def main():
         name = f"head default, adaptive, prior {rounds:g} rounds at {rate:g}" if rounds else "head default, adaptive, no prior"
         if rounds and decay != 1.0:
             name += f", decaying x{decay:g} a tree round"
-        rows[name] = adaptive(rounds, rate, decay)
+        for first in {"on": (True,), "off": (False,), "both": (True, False)}[args.tree_first]:
+            rows[name + (", tree first" if first else "")] = adaptive(rounds, rate, decay, first)
     rows["head default, fixed policy"] = lambda enc, m: assisted_generate(
         target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m, draft_policy="fixed", **gen)
     warm_up(rows, tok)

@@ -118,9 +118,9 @@ def test_a_tree_with_an_unlucky_start_stays_on(monkeypatch):
             policy.observe(k, 1.0 if k == 0 else 1.65, tokens, 1, None)
         return ks
 
-    assert sum(k == 0 for k in run()) <= 3  # one round measures t0 (after the tree's first five)
+    assert sum(k == 0 for k in run()[2:]) <= 2  # the first two rounds measure t0
     monkeypatch.setattr(policy_module, "TREE_PRIOR_ROUNDS", 0.0)
-    assert sum(k == 0 for k in run()) >= 30
+    assert sum(k == 0 for k in run()[2:]) >= 30
 
 
 def test_a_probes_first_round_carries_the_catch_up_and_is_not_timed():
@@ -465,17 +465,23 @@ def test_t0_is_refreshed_rarely_while_drafting_pays_by_far():
         assert later and all(g == gap for g in later), (tokens_per_round, later)
 
 
-def test_a_tree_drafts_first_and_measures_t0_in_one_round():
-    """A tree drafts from the call's first round (the warm-up) through its first MIN_ROUNDS timed rounds, then one
-    round without a draft measures t0 (timed: it is not the call's first round); a chain measures t0 first, in a
-    warm-up and a timed round, so that a costly draft is judged before it runs."""
+@pytest.mark.parametrize("tree_first", [False, True])
+def test_t0_is_measured_first_or_after_a_trees_first_rounds(monkeypatch, tree_first):
+    """t0 first, in a warm-up and a timed round (the default); with TREE_FIRST (an A/B option) a tree drafts from the
+    call's first round (the warm-up) through its first MIN_ROUNDS timed rounds, then one round without a draft
+    measures t0 (timed: it is not the call's first round). A chain measures t0 first either way, so that a costly
+    draft is judged before it runs."""
+    import random
+
+    import optimum_uag.engine.policy as policy_module
     from optimum_uag.engine.policy import MIN_ROUNDS
 
+    monkeypatch.setattr(policy_module, "TREE_FIRST", tree_first)
     tree = AdaptivePolicy(start_k=3, tree=True)
     ks = _simulate(tree, 12, 1.0, lambda k: 1.4, lambda r: 2.5, None)
-    assert ks[: MIN_ROUNDS + 2] == [3] * (MIN_ROUNDS + 1) + [0] and all(k > 0 for k in ks[MIN_ROUNDS + 2:]), ks
+    first = [3] * (MIN_ROUNDS + 1) + [0] if tree_first else [0, 0]
+    assert ks[: len(first)] == first and all(k > 0 for k in ks[len(first):]), ks
     assert tree.t0 == 1.0
     chain = AdaptivePolicy(start_k=3)
-    import random
     ks = _simulate(chain, 4, 1.0, lambda k: 1.0 + 0.05 * k, lambda r: 0.85, random.Random(0))
     assert ks[:3] == [0, 0, 3], ks

@@ -29,8 +29,7 @@ for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes); every
 128 while drafting's rate is 1.3x or more. A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
-come; it drafts from the first round, and t0 is measured in one round without a draft after its first MIN_ROUNDS
-timed rounds (a chain measures t0 first: a costly draft is judged before it runs).
+come.
 
 Greedy output stays exactly the target's and sampling stays lossless whatever the choices: each round's K is fixed
 before that round's draws, and a round without a draft is the target's own decoding step.
@@ -61,11 +60,13 @@ TREE_PRIOR_RATE = 1.2
 # the prior's weight times this per tree round (TREE_DECAY: the prior as rounds before the first); decaying measured no
 # better on 8 held-out chat requests: 1.374x against 1.375x (benchmarks/results/tree_prior_decay.json)
 TREE_PRIOR_DECAY = 1.0
-# a tree drafts from the first round after the prefill and measures t0 after its first MIN_ROUNDS timed rounds, in one
-# round without a draft (the call's first round, the warm-up, is a drafting one): one round without a draft at the
-# start instead of two (a warm-up and a timed one), which on requests with short answers (input-grounded, ~75 tokens,
-# ~30 rounds) was 7% of the rounds
-TREE_FIRST = True
+# an A/B option, off: a tree drafts from the first round after the prefill and measures t0 after its first MIN_ROUNDS
+# timed rounds, in one round without a draft (the call's first round, the warm-up, is a drafting one), so one round
+# without a draft at the start instead of two. It halved the rounds without a draft (input-grounded requests, ~75
+# new tokens: 6.9% -> 3.4%; chat 4.7% -> 2.8%) but was no faster: 1.81x against 1.84x on grounded, 1.47x against
+# 1.48x on chat (SmolLM2 + its head, Intel Xeon, 3 repeats; benchmarks/results/tree_first.json). Its round without a
+# draft lands in the answer's first copy, where the lookup branch was growing; the start's two fall in its preamble
+TREE_FIRST = False
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
 # ... while drafting's expected rate is within REFRESH_MARGIN of the rate without a draft; further above it, one every
