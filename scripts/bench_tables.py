@@ -217,6 +217,18 @@ def tables() -> dict:
     if sweep is not None:
         out["tree_sweep_intel"] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(
             sweep["held_out_chat"], command=sweep["command"], cpu=sweep["cpu"], date=sweep["date"])}})
+    prof = _load(RESULTS / "round_profile_intel.json")  # benchmarks/bench_round_profile.py
+    if prof is not None:
+        out["round_profile_intel"] = "\n".join(
+            ["| stage | ms a round | of a target-only step | calls a round |", "|---|---|---|---|",
+             f"| the whole round | {prof['round_ms']:.1f} | {prof['round_in_target_only_steps']:.3f} | 1 |"]
+            + [f"| {label.strip() if not label.startswith('  ') else '- ' + label.strip()} | {row['ms_per_round']:.2f} | "
+               f"{row['share_of_a_target_only_step']:.3f} | {row['calls_per_round']:.2f} |"
+               for label, row in prof["stages"].items()]) + (
+            f"\n\nThe target-only step: {prof['target_only_step_ms']:.1f} ms (transformers' generate() on the prepacked "
+            f"weights, per token, interleaved per request); tau {prof['tau']:.2f} over {prof['rounds']} target calls "
+            f"(the prefills included), {prof['prompts']} chat requests x {prof['repeats']} ({prof['cpu']}, "
+            f"{prof['date']}): `{prof['command']}`.")
     plain = _load(RESULTS / "plain_round.json")
     if plain is not None:
         out["plain_round"] = "\n".join(

@@ -64,8 +64,9 @@ TREE_PRIOR_DECAY = 1.0
 # timed rounds, in one round without a draft (the call's first round, the warm-up, is a drafting one), so one round
 # without a draft at the start instead of two. It halved the rounds without a draft (input-grounded requests, ~75
 # new tokens: 6.9% -> 3.4%; chat 4.7% -> 2.8%) but was no faster: 1.81x against 1.84x on grounded, 1.47x against
-# 1.48x on chat (SmolLM2 + its head, Intel Xeon, 3 repeats; benchmarks/results/tree_first.json). Its round without a
-# draft lands in the answer's first copy, where the lookup branch was growing; the start's two fall in its preamble
+# 1.48x on chat (SmolLM2 + its head, Intel Xeon, 3 repeats; benchmarks/results/tree_first.json). A likely reason (not
+# measured): its round without a draft lands in the answer's first copy, where the lookup branch was growing; the
+# start's two fall in the answer's preamble
 TREE_FIRST = False
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
