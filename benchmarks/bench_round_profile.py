@@ -25,7 +25,7 @@ from bench_feature_head import cpu_name, encode, smollm2_with_head
 
 STAGES = {  # label: (class, method)
     "draft (lookup + head)": (combined.LookupThenDraft, "propose"),
-    "  head step (catch-up)": (feature_head.FeatureHead, "step"),
+    "  head step": (feature_head.FeatureHead, "step"),
     "  head logits": (feature_head.FeatureHead, "logits"),
     "verify": (verify.Verifier, "__call__"),
     "  target forward (runner)": (static.StaticCacheRunner, "forward"),

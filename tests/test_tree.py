@@ -102,8 +102,16 @@ def test_keep_path_moves_only_what_is_off_its_place(embedded):
         for runner in runners:  # the same block: the same keys / values
             runner.forward(tokens, torch.zeros(3, dtype=torch.long))
         columns, accepted = torch.tensor(columns), torch.tensor(accepted)
+        before = [layer.keys.clone() for layer in runners[1].cache.layers]
         runners[0].keep_path(start, columns)  # the fixed-size gather
         runners[1].keep_path(start, columns, accepted)
+        moved = [not torch.equal(b, layer.keys) for b, layer in zip(before, runners[1].cache.layers)]
+        if columns.tolist()[0] == [1, 2, 3]:  # every path in place: nothing moves at all
+            assert not any(moved)
+        if columns.tolist()[0] == [2, 4, 4]:  # row 0's slot 8 is past its 2 accepted: the gather's, not the trim's
+            assert all(moved)
+            for b, x, y in zip(before, runners[0].cache.layers, runners[1].cache.layers):
+                assert torch.equal(y.keys[0, :, 8], b[0, :, 8]) and not torch.equal(x.keys[0, :, 8], b[0, :, 8])
         for a, b in zip(runners[0].cache.layers, runners[1].cache.layers):
             for row in range(3):
                 kept = slice(0, int(start[row] + 1 + accepted[row]))  # committed: up to the path's last slot

@@ -27,7 +27,7 @@ token costs at the best chain's rate (gate()); K is then the gate's ceiling, one
 batch > 1 one verify serves every row, so a position pays by the rows likely to reach it: a fixed K must be short
 for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes); every
-128 while drafting's rate is 1.3x or more. A draft
+128 while drafting's rate is 1.35x or more. A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
 come.
 
@@ -66,16 +66,17 @@ TREE_PRIOR_DECAY = 1.0
 # new tokens: 6.9% -> 3.4%; chat 4.7% -> 2.8%) but was no faster: 1.81x against 1.84x on grounded, 1.47x against
 # 1.48x on chat (SmolLM2 + its head, Intel Xeon, 3 repeats; benchmarks/results/tree_first.json). A likely reason (not
 # measured): its round without a draft lands in the answer's first copy, where the lookup branch was growing; the
-# start's two fall in the answer's preamble
+# start's two fall in the answer's preamble. (Its t0 is one round's, with no warm-up: a slow first one-token round
+# would read the tree's rate high, and at REFRESH_MARGIN or more that t0 stays for REFRESH_FAR rounds)
 TREE_FIRST = False
 PROBE_GAPS = (4, 8, 16, 32)  # rounds without a draft between probe rounds, growing while drafting does not pay
 REFRESH = 32  # drafting rounds between two rounds without a draft (t0 measured again)
 # ... while drafting's expected rate is within REFRESH_MARGIN of the rate without a draft; further above it, one every
 # REFRESH_FAR rounds. A stale t0 only moves the estimate by the CPU's drift since it was measured (25-35% here), which
-# cannot take a rate of 1.3 below 1; where it errs the other way (the CPU slowed: the rate read low) a switch-off
+# takes a rate of 1.35 to 1.0 at worst, above OFF_BELOW; where it errs the other way (the CPU slowed: the rate read low) a switch-off
 # costs one round without a draft, which measures t0 again. SmolLM2 + its head on chat at 128 new tokens (~65
 # rounds): 2 of its ~4 rounds without a draft were refreshes (rounds_without_draft_share 0.05)
-REFRESH_MARGIN = 1.3
+REFRESH_MARGIN = 1.35
 REFRESH_FAR = 128
 MIN_ROUNDS = 4  # timed drafting rounds before the policy may stop drafting
 PROBE_ROUNDS = 2  # drafting rounds per probe

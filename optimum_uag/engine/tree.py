@@ -7,7 +7,7 @@ to the committed tokens and to its ancestors, and its position is the root's + i
 from the root: a node is accepted when its token equals the target's argmax at its parent and its parent was
 accepted; the children of a node carry distinct tokens, so the accepted nodes form one path. Sampling is the same
 walk with the target's sample at each node in place of its argmax (lossless: see Verifier._verify_tree). The path's keys /
-values are then moved to contiguous slots after the root (one fixed-size gather per layer), so the caches look
+values are then moved to contiguous slots after the root (one fixed-size gather per layer; on eager CPU runs trimmed to the columns that move), so the caches look
 exactly as after a chain of that path.
 """
 from __future__ import annotations

@@ -229,7 +229,7 @@ class StaticCacheRunner:
         """After a tree verify: move the keys / values of the accepted path (block columns (B, D)) to the slots
         right after the root (start + 1 ...), one fixed-size gather per layer; later slots are scratch. On an eager
         CPU run with `accepted` (B,) (the path's lengths), only the columns up to the last one that moves: none
-        when every row's path already sits in place (a chain's, or a tree's first child), ~1 ms of gathers a round
+        when every row's path already sits in place (a tree's first child) or is empty, ~1 ms of gathers a round
         for SmolLM2's 30 layers."""
         depth = columns.shape[1]
         src = start[:, None] + columns
