@@ -196,11 +196,13 @@ def tables() -> dict:
         out["feature_head"] = feature_head_table(bench)
     if main is not None:
         out["main_job"] = main_job_table(main)
-    for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost"):  # the same benchmark on an Intel Xeon
+    # the same benchmark on an Intel Xeon
+    for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost"):
         intel = _load(RESULTS / f"{name}.json")
         if intel is not None:
             out[name] = feature_head_table(intel)
-    for name in ("datastore", "tree_prior", "tree_prior_decay", "tree_default_adaptive_intel", "tree_first"):  # A/B scripts
+    # A/B scripts
+    for name in ("datastore", "tree_prior", "tree_prior_decay", "tree_default_adaptive_intel", "tree_first"):
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)

@@ -253,7 +253,10 @@ def test_the_devices_tree_is_measured_on_the_real_runner(embedded, prompts, monk
     shapes = {(s.depth, s.top_k, s.nodes) for s, _, _ in DEVICE_TREES}
     assert set(out.metrics.tree_shapes) <= shapes and out.metrics.tree_rounds > 0
 
+    failed = []
+
     def fails(*args, **kwargs):
+        failed.append(args)
         raise RuntimeError("no room")
 
     for key in [k for k in state if isinstance(k, tuple) and k[0] == "verify_curve"]:
@@ -263,6 +266,10 @@ def test_the_devices_tree_is_measured_on_the_real_runner(embedded, prompts, monk
         out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
     assert out.metrics.tree_shapes == [(DEFAULT_TREE.depth, DEFAULT_TREE.top_k, DEFAULT_TREE.nodes)]
     assert torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
+    with warnings.catch_warnings():  # a failed measurement is not run again at the next call
+        warnings.simplefilter("ignore")
+        out = assisted_generate(model, head, ids, mask, max_new_tokens=16)
+    assert len(failed) == 1 and torch.equal(out.sequences, reference(model, ids, mask, 16, tok))
 
 
 def test_fallback_to_a_chain_is_printed(embedded, prompts):

@@ -59,7 +59,7 @@ def relative_curve(model, batch: int, widths, make=None) -> dict:
     """{W: seconds of a W-token forward / seconds of a 1-token one}, measured on the runner factory `make` (the
     call's own; default registry.make_runner), the widths interleaved, 2 + CURVE_REPS forwards of each after a
     CURVE_CONTEXT-token prefill; once per process, model, dtype, batch, widths, thread count and factory (kept in
-    the model's state, dropped with the model)."""
+    the model's state, dropped with the model). A measurement that failed raises its error again without running."""
     from ..registry import model_state
 
     widths = tuple(sorted({1, *(int(w) for w in widths)}))
@@ -67,6 +67,12 @@ def relative_curve(model, batch: int, widths, make=None) -> dict:
            getattr(make, "keywords", None) and tuple(sorted(make.keywords.items())))
     state = model_state(model)
     if key not in state:
-        seconds = _interleaved_seconds(model, batch, widths, CURVE_CONTEXT, CURVE_REPS, make)
+        try:
+            seconds = _interleaved_seconds(model, batch, widths, CURVE_CONTEXT, CURVE_REPS, make)
+        except Exception as err:  # (not measured again at every call: each would pay the prefill and fail alike)
+            state[key] = err
+            raise
         state[key] = {w: seconds[w] / seconds[1] for w in widths}
+    if isinstance(state[key], Exception):
+        raise state[key]
     return state[key]
