@@ -94,6 +94,49 @@ def test_architecture_greedy_matches_target(model_type):
                 raise AssertionError(f"{where}: output differs from the target's own generate()")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", causal_lm_types())
+def test_architecture_feature_head_matches_target(model_type):
+    """A feature head (EAGLE) for every architecture: init_head builds one for any target (attention-free ones such as
+    Mamba, per-layer configs such as Gemma 4, embeddings narrower than the hidden states such as ELECTRA's, LM heads
+    that read another width), and every runner kind gives it the target's features, the per-row and stepwise
+    runners included. Greedy ids at batch 1 and on a left-padded batch of 2 (the defaults: adaptive policy, the
+    device's tree where the runner takes a tree mask; and a draft every round, draft_policy="fixed") must equal each
+    prompt's own generate(), and the head must have drafted where it was made to."""
+    from optimum_uag.training.feature import head_config, init_head
+
+    warnings.filterwarnings("ignore")
+    tok = byte_level_bpe()
+    try:
+        target = _build(model_type, len(tok), 0)
+    except Unbuildable as err:
+        pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
+    ids, mask = pad_batch(tok, TEXTS)
+    rows = [ids[b, int((mask[b] == 0).sum()):][None] for b in range(len(TEXTS))]
+    try:
+        refs = [_target_only(target, r)[0, r.shape[1]:] for r in rows]
+    except Exception as err:  # noqa: BLE001 - transformers' own generate() fails on these prompts: nothing to match
+        pytest.skip(f"transformers cannot generate with tiny {model_type} on the test prompts: {type(err).__name__}")
+    torch.manual_seed(0)
+    head = init_head(target, head_config(target, None, model_type), None)
+    with torch.no_grad():  # away from the near-identity start, so that drafts vary
+        for p in head.layers.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    head = head.eval().to(target.dtype)
+    try:
+        assisted_generate(target, head, rows[0], max_new_tokens=2)
+    except ValueError as err:  # refused for every draft (the test above checks transformers fails there too)
+        assert "cannot be run by optimum-uag" in str(err) and type(target).__name__ in str(err)
+        return
+    for inputs, attention, opts in ((rows[0], None, {}), (ids, mask, {}), (ids, mask, dict(draft_policy="fixed"))):
+        out = assisted_generate(target, head, inputs, attention, max_new_tokens=NEW, **opts)
+        for b in range(inputs.shape[0]):
+            assert torch.equal(out.sequences[b, inputs.shape[1]:], refs[b]), \
+                (model_type, tuple(inputs.shape), runner_kind(target))
+        if opts:
+            assert out.metrics.draft_forwards > 0 and out.metrics.draft_tokens > 0
+
+
 def test_a_target_whose_generate_derives_positions_from_content_is_refused_by_name():
     """transformers 4's XLM-RoBERTa-XL generate() numbers positions from padding_idx + 1 and skips pad-id tokens
     (its prepare_inputs_for_generation); every runner passes 0, 1, 2, ...: as a target it is refused by name (its

@@ -239,25 +239,37 @@ def test_prompt_lookup_then_uag_draft_matches_target(embedded, prompts):
     assert torch.equal(out.sequences, reference(model, ids, mask, 32, tok))
 
 
-@pytest.mark.parametrize("kind", ["dynamic", "per_row"])
+@pytest.mark.parametrize("kind", ["dynamic", "per_row", "stepwise"])
 def test_other_runners(target, prompts, kind):
-    """The model's-own-cache runner returns features too (exact); the per-row fallback refuses by name."""
+    """The model's-own-cache runner, and the per-row and stepwise runners (one row, or one token, at a time) give a
+    feature head the target's features: the features of a left-padded prompt and of a 3-token block after it equal
+    the static runner's at every real position, and the output is exact."""
+    from optimum_uag.runners.registry import RUNNERS
+
     model, tok = target
+    ids, mask = batch(tok, prompts[:2])
+    pad = (mask == 0).sum(1)
+    block = torch.tensor([[5, 6, 7], [8, 9, 10]])
+    feats = {}
+    with torch.no_grad():
+        for name in ("static", kind):
+            runner = RUNNERS[name](model, 2, ids.shape[1] + 8, pad)
+            _, first = runner.forward(ids, torch.zeros(2, dtype=torch.long), logits_to_keep=1, hidden=True)
+            _, then = runner.forward(block, torch.full((2,), ids.shape[1]), logits_to_keep=3, hidden=True)
+            feats[name] = (first, then)
+    for b in range(2):
+        assert torch.allclose(feats[kind][0][b, pad[b]:], feats["static"][0][b, pad[b]:], atol=1e-4)
+    assert torch.allclose(feats[kind][1], feats["static"][1], atol=1e-4)
+    head = make_head(model, 300)
     with runner_kind(model, kind):
-        ids, mask = batch(tok, prompts[:2])
-        head = make_head(model, 300)
-        if kind == "per_row":
-            with pytest.raises(NotImplementedError, match="feature draft head"):
-                assisted_generate(model, head, ids, mask, max_new_tokens=8, num_assistant_tokens=3)
-            return
         out = assisted_generate(model, head, ids, mask, max_new_tokens=20, num_assistant_tokens=3)
-        assert torch.equal(out.sequences, reference(model, ids, mask, 20, tok))
-        assert out.metrics.draft_forwards > 0
+    assert torch.equal(out.sequences, reference(model, ids, mask, 20, tok))
+    assert out.metrics.draft_forwards > 0
 
 
 @contextlib.contextmanager
 def runner_kind(model, kind: str):
-    """The model's runner forced to `kind` (static / dynamic / per_row) inside the block."""
+    """The model's runner forced to `kind` (static / dynamic / per_row / stepwise) inside the block."""
     from optimum_uag.registry import model_state
     from optimum_uag.runners.registry import select_runner
 

@@ -366,7 +366,8 @@ def test_the_default_is_adaptive_and_a_fixed_length_is_kept(embedded, prompts):
 def test_a_draft_costlier_than_the_target_is_never_run(embedded, prompts, size):
     """A draft multiplying at least as many weights per token as the target cannot gain at any length (K + 1 tokens
     for at least K + 1 target steps): it is not run at all (its prefill neither), with one warning; the output is
-    the target's (its own generate(), options as given)."""
+    the target's (a left-padded batch on the engine's runners, a single row through its own generate(), options as
+    given)."""
     import copy
 
     from transformers import AutoModelForCausalLM

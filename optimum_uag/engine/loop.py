@@ -100,7 +100,9 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
         plan = _compiled_plan(plan, model, torch_compile, cfg)
     input_ids, attention_mask = validate_inputs(model, assistant_model, input_ids, attention_mask, cfg)
     criteria = stopping_criteria(cfg, tokenizer, user_criteria)  # (validates stop_strings for both paths)
-    if cfg.adaptive and cost_prior(model, assistant_model) >= 1.0:
+    # (a left-padded batch stays on the engine's runners, which the registry checked against each row's own forward:
+    # transformers' padded-batch generate() differs from each row alone for some models, BLOOM and CodeGen among them)
+    if cfg.adaptive and not bool((attention_mask == 0).any()) and cost_prior(model, assistant_model) >= 1.0:
         return _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                             logits_processor, prefix_allowed_tokens_fn)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
@@ -132,6 +134,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
             cfg.prompt_lookup_num_tokens = None
         call.policy = _adaptive_policy(cfg, model, assistant_model)
         if call.policy is not None and call.policy.never:  # a draft that cannot gain is not even set up
+            _say_target_only(model, assistant_model)  # (a left-padded batch: the target alone on these runners)
             drafter = Drafter()  # (a UAG draft's vocabulary tables, a draft's cache: seconds for a 262k vocabulary)
         else:
             drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state,
@@ -366,18 +369,23 @@ def _device_tree(model, batch: int, head_cost: float, make, like: torch.Tensor):
     return shapes[choice]
 
 
+def _say_target_only(model, assistant_model) -> None:
+    cost = cost_prior(model, assistant_model)
+    warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft length "
+                  "can gain; generating with the target alone (draft_policy='fixed' drafts anyway)", stacklevel=5)
+
+
 def _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                  logits_processor, prefix_allowed_tokens_fn) -> AssistedGenerateOutput:
     """A draft whose token multiplies more weights than the target's cannot gain at any length (E(K) <= K + 1
     tokens for more than 1 + K target steps): the call runs the fastest target-only path instead, transformers' own
-    generate() (on the prepacked CPU weights), with every generation option as given. Said once, as a warning."""
+    generate() (on the prepacked CPU weights), with every generation option as given. Said once, as a warning.
+    (Unpadded batches only: a left-padded one runs the target alone on the engine's runners.)"""
     import copy
 
     from ..runners.packed import packed_weights
 
-    cost = cost_prior(model, assistant_model)
-    warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft length "
-                  "can gain; generating with the target alone (draft_policy='fixed' drafts anyway)", stacklevel=4)
+    _say_target_only(model, assistant_model)
     config = copy.deepcopy(cfg.generation_config)
     config.prompt_lookup_num_tokens = None
     config.max_new_tokens = cfg.max_new_tokens

@@ -208,21 +208,22 @@ class PerRowRunner:
     def calls(self) -> int:
         return sum(r.calls for r in self.rows)
 
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
-        if hidden:
-            raise NotImplementedError(f"{self.kind} runner: no target features for a feature draft head (this model "
-                                      "runs one row at a time); use a draft model instead")
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden=False):
+        """As OwnCacheRunner.forward, row by row; a row's padding gets zero logits and features (never read)."""
         batch, length = tokens.shape
         self.shapes.add((batch, length))
-        outs = []
+        outs, feats = [], []
         for b, (runner, pad, s) in enumerate(zip(self.rows, self.pad, start.tolist())):
             skip = max(0, pad - s)  # the row's padding is never written
-            logits = runner.forward(tokens[b : b + 1, skip:], start[b : b + 1] + skip, logits_to_keep)
+            out = runner.forward(tokens[b : b + 1, skip:], start[b : b + 1] + skip, logits_to_keep, hidden)
+            logits, feat = out if hidden else (out, None)
             want = logits_to_keep or length
             if logits.shape[1] < want:  # padded positions: no logits (never read)
                 logits = torch.nn.functional.pad(logits, (0, 0, want - logits.shape[1], 0))
             outs.append(logits)
-        return torch.cat(outs, 0)
+            if hidden:  # the target's features at every position of the block, as the batched runners return them
+                feats.append(torch.nn.functional.pad(feat, (0, 0, length - feat.shape[1], 0)))
+        return (torch.cat(outs, 0), torch.cat(feats, 0)) if hidden else torch.cat(outs, 0)
 
 
 class StepwiseRunner(PerRowRunner):
@@ -232,11 +233,12 @@ class StepwiseRunner(PerRowRunner):
 
     kind = "stepwise"
 
-    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden: bool = False):
-        if hidden:
-            return super().forward(tokens, start, logits_to_keep, hidden)
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, logits_to_keep: int = 0, hidden=False):
         if all(r.past is None for r in self.rows) or tokens.shape[1] == 1:
-            return super().forward(tokens, start, logits_to_keep)
+            return super().forward(tokens, start, logits_to_keep, hidden)
         length = tokens.shape[1]
-        outs = [super(StepwiseRunner, self).forward(tokens[:, i : i + 1], start + i, 1) for i in range(length)]
-        return torch.cat(outs[length - (logits_to_keep or length):], 1)
+        outs = [super(StepwiseRunner, self).forward(tokens[:, i : i + 1], start + i, 1, hidden) for i in range(length)]
+        keep = length - (logits_to_keep or length)
+        if hidden:  # (features at every position of the block)
+            return torch.cat([o[0] for o in outs[keep:]], 1), torch.cat([o[1] for o in outs], 1)
+        return torch.cat(outs[keep:], 1)

@@ -204,20 +204,47 @@ def frequent_tokens(records: Iterable[dict], size: int, vocab_size: int, always:
     return counts.topk(size).indices.sort().values
 
 
+def _setting(cfg, name: str):
+    """A config value, or None where the config has none (or keeps it per layer: Gemma 4 raises on `head_dim`)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # noqa: BLE001 - transformers' per-layer attribute errors are not AttributeErrors
+        return None
+
+
 def head_config(model, draft_vocab_size: int | None, target_name: str) -> dict:
-    """A one-layer head config in EAGLE's layout, shaped like the target's layers."""
+    """A one-layer head config in EAGLE's layout, shaped like the target's layers where the target has attention
+    (else heads of 64, or one head: Mamba, RWKV), reading the target's token embeddings at their own width."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     hidden = cfg.hidden_size
-    heads = cfg.num_attention_heads
+    heads, head_dim = _setting(cfg, "num_attention_heads"), _setting(cfg, "head_dim")
+    if not isinstance(head_dim, int) or head_dim < 1:
+        head_dim = None
+    if not isinstance(heads, int) or heads < 1 or (head_dim is None and hidden % heads):
+        heads, head_dim = (hidden // 64, 64) if hidden % 64 == 0 and hidden >= 64 else (1, hidden)
+    head_dim = head_dim or hidden // heads
+    kv_heads = _setting(cfg, "num_key_value_heads")
+    if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+        kv_heads = heads
+    intermediate = _setting(cfg, "intermediate_size")
+    eps = _setting(cfg, "rms_norm_eps") or _setting(cfg, "layer_norm_eps") or _setting(cfg, "layer_norm_epsilon")
     out = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": True, "num_hidden_layers": 1,
-        "hidden_size": hidden, "intermediate_size": getattr(cfg, "intermediate_size", 4 * hidden),
-        "num_attention_heads": heads, "num_key_value_heads": getattr(cfg, "num_key_value_heads", None) or heads,
-        "head_dim": getattr(cfg, "head_dim", None) or hidden // heads, "rms_norm_eps": getattr(cfg, "rms_norm_eps", 1e-6),
-        "rope_theta": getattr(cfg, "rope_theta", 10000.0), "rope_scaling": getattr(cfg, "rope_scaling", None),
-        "max_position_embeddings": getattr(cfg, "max_position_embeddings", 4096), "vocab_size": cfg.vocab_size,
+        "hidden_size": hidden, "intermediate_size": intermediate if isinstance(intermediate, int) else 4 * hidden,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "rms_norm_eps": float(eps) if isinstance(eps, (int, float)) else 1e-6,
+        "rope_theta": _setting(cfg, "rope_theta") or 10000.0, "rope_scaling": _setting(cfg, "rope_scaling"),
+        "max_position_embeddings": _setting(cfg, "max_position_embeddings") or 4096, "vocab_size": cfg.vocab_size,
         "hidden_act": "silu", "target": target_signature(model, target_name),
     }
+    width = model.get_input_embeddings().weight.shape[-1]
+    if width != hidden:  # (ELECTRA, RemBERT: embeddings narrower than the hidden states)
+        out["embedding_size"] = int(width)
+    reads = getattr(model.get_output_embeddings(), "in_features", hidden)
+    if reads != hidden and not draft_vocab_size:
+        # the target's LM head reads something else than its last hidden states (ELECTRA: a projection to its
+        # embedding width first): the head gets an LM head of its own, over the whole vocabulary
+        draft_vocab_size = cfg.vocab_size
     if draft_vocab_size:
         out["draft_vocab_size"] = int(draft_vocab_size)
     return out
@@ -235,11 +262,11 @@ def init_head(model, config: dict, vocab_ids: torch.Tensor | None) -> FeatureHea
     """A head whose first pass copies the feature (fc = [0 | I]), whose layer starts as the target's last layer,
     and whose LM head rows are the target's (for the draft vocabulary)."""
     head = FeatureHead(config)
-    hidden = config["hidden_size"]
+    hidden, embedding = config["hidden_size"], head.embedding_size
     with torch.no_grad():
         head.fc.weight.zero_()
-        head.fc.weight[:, hidden:] = torch.eye(hidden)
-        head.fc.weight[:, :hidden].normal_(0, 0.01)
+        head.fc.weight[:, embedding:] = torch.eye(hidden)
+        head.fc.weight[:, :embedding].normal_(0, 0.01)
         head.fc.bias.zero_()
         last = _last_layer(model)
         if last is not None:
@@ -251,8 +278,13 @@ def init_head(model, config: dict, vocab_ids: torch.Tensor | None) -> FeatureHea
             head.attn.o_proj.weight.normal_(0, 1e-3)
             head.layers[0].mlp.down_proj.weight.normal_(0, 1e-3)
         if head.lm_head is not None:
+            if vocab_ids is None:  # (an LM head of its own over the whole vocabulary)
+                vocab_ids = torch.arange(head.lm_head.out_features)
             weight = model.get_output_embeddings().weight.detach().float().cpu()
-            head.lm_head.weight.copy_(weight[vocab_ids])
+            if weight.shape[-1] == hidden:
+                head.lm_head.weight.copy_(weight[vocab_ids])
+            else:  # the target's LM head reads another width (head_config): learned from scratch
+                head.lm_head.weight.normal_(0, 0.02)
             head.d2t.copy_(vocab_ids - torch.arange(len(vocab_ids)))
     return head
 

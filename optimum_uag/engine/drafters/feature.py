@@ -43,6 +43,14 @@ def check_head_matches(head: FeatureHead, model) -> None:
         problems.append(f"hidden size {hidden} != the target's {config.hidden_size}")
     if vocab is not None and head.lm_head is None and vocab != config.vocab_size:
         problems.append(f"vocabulary {vocab} != the target's {config.vocab_size}")
+    embed = head.embed_tokens or model.get_input_embeddings()
+    width = getattr(getattr(embed, "weight", None), "shape", (0, None))[-1]
+    if head.embed_tokens is None and width is not None and width != head.embedding_size:
+        problems.append(f"token embeddings {head.embedding_size} wide != the target's {width}")
+    reads = getattr(model.get_output_embeddings(), "in_features", hidden)
+    if head.lm_head is None and reads != hidden:
+        problems.append(f"the target's LM head reads {reads} features, not its {hidden}-wide hidden states, and this "
+                        "head has no LM head of its own (train-draft gives it one)")
     if want.get("vocab_size") is not None and want["vocab_size"] != config.vocab_size:
         problems.append(f"vocabulary {want['vocab_size']} != the target's {config.vocab_size}")
     if want.get("num_hidden_layers") is not None and want["num_hidden_layers"] != config.num_hidden_layers:

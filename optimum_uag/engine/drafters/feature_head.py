@@ -156,7 +156,10 @@ class FeatureHead(nn.Module):
         self.feature_layers = [int(i) for i in config.get("feature_layers") or []]
         self.fuse = (nn.Linear((len(self.feature_layers) + 1) * hidden, hidden, bias=False)
                      if self.feature_layers else None)
-        self.fc = nn.Linear(2 * hidden, hidden, bias=bool(config.get("bias", True)))
+        # the token's embedding is the target's input embedding, narrower than its features in some architectures
+        # (ELECTRA's embedding_size, RemBERT's input_embedding_size): fc reads [embedding (E), feature (H)]
+        self.embedding_size = int(config.get("embedding_size") or hidden)
+        self.fc = nn.Linear(self.embedding_size + hidden, hidden, bias=bool(config.get("bias", True)))
         self.layers = nn.ModuleList([Layer(config, head_dim)])
         self.rotary = Rotary(config, head_dim)
         self.embed_tokens: nn.Embedding | None = None  # the target's, unless the checkpoint carries its own
