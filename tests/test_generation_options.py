@@ -46,18 +46,37 @@ def models():
     return target, same, cross, tok, dtok
 
 
+@pytest.fixture(scope="module")
+def head(models):
+    """A feature head (EAGLE) for the target, away from its near-identity start."""
+    from optimum_uag.training.feature import head_config, init_head
+
+    target = models[0]
+    torch.manual_seed(0)
+    made = init_head(target, head_config(target, None, "test-target"), None)
+    with torch.no_grad():
+        for p in made.layers.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return made.eval().double()
+
+
 @pytest.mark.parametrize("name", list(OPTIONS))
-def test_greedy_option_matches_target(models, name):
+def test_greedy_option_matches_target(models, head, name):
+    """Same-tokenizer and UAG drafts at K=4; a feature head with its defaults (a processor makes it draft a chain)
+    and with a tree asked for; prompt lookup alone."""
     target, same, cross, tok, dtok = models
     kwargs = OPTIONS[name]
+    drafts = {"same": (same, dict(num_assistant_tokens=4)),
+              "cross": (cross, dict(num_assistant_tokens=4, tokenizer=tok, assistant_tokenizer=dtok)),
+              "head": (head, {}), "head tree": (head, dict(draft_tree=True, draft_policy="fixed")),
+              "lookup": (None, dict(prompt_lookup_num_tokens=3))}
     for texts in (TEXTS[:1], TEXTS):
         ids, mask = pad_batch(tok, texts)
         ref = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=N,
                               pad_token_id=tok.pad_token_id, **kwargs)
-        for draft, extra in ((same, {}), (cross, dict(tokenizer=tok, assistant_tokenizer=dtok))):
-            out = assisted_generate(target, draft, ids, mask, max_new_tokens=N, num_assistant_tokens=4,
-                                    **extra, **kwargs)
-            assert torch.equal(out.sequences, ref), (name, len(texts), "cross" if extra else "same")
+        for label, (draft, extra) in drafts.items():
+            out = assisted_generate(target, draft, ids, mask, max_new_tokens=N, **extra, **kwargs)
+            assert torch.equal(out.sequences, ref), (name, len(texts), label)
 
 
 def test_processors_steer_the_draft_too(models):
