@@ -1,6 +1,6 @@
 """Write docs/gaudi.md's class table: every causal-LM class optimum-habana's adapt_transformers_to_gaudi() installs,
-as target and as draft of assisted generation on optimum-uag's Gaudi runner, under the HPU emulator (tiny random
-models, fp32, greedy, batch 2 with left padding, K 3). The same check as tests/test_gaudi.py
+as target and as draft of assisted generation on optimum-uag's Gaudi runner, and as the target of a feature head's
+draft tree, under the HPU emulator (tiny random models, fp32, greedy, batch 2 with left padding, K 3). The same check as tests/test_gaudi.py
 (test_every_gaudi_class_is_exact_or_refused_by_name). ~2 minutes on 2 cores.
 
     python scripts/gaudi_table.py [--out docs/gaudi.md]
@@ -41,8 +41,8 @@ def rows() -> list[dict]:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| model type | optimum-habana class | as target | as draft | class = transformers' own (no cache) | "
-             "why refused |", "|---|---|---|---|---|---|"]
+    lines = ["| model type | optimum-habana class | as target | as draft | a feature head's tree on it | "
+             "class = transformers' own (no cache) | why refused |", "|---|---|---|---|---|---|---|"]
     for r in results:
         from optimum_uag.gaudi.runner import UPSTREAM_DIFFERS
 
@@ -63,7 +63,8 @@ def table(results: list[dict]) -> str:
                 reasons.append((role, text))
         reason = "; ".join(f"{role}: {text}" for role, text in reasons) if len(reasons) > 1 else \
             (reasons[0][1] if reasons else r.get("reason") or "")
-        lines.append(f"| {r['model_type']} | {r['class']} | {r['target']} | {r['draft']} | {same} | {reason[:220]} |")
+        lines.append(f"| {r['model_type']} | {r['class']} | {r['target']} | {r['draft']} | {r.get('head', '-')} | {same} "
+                     f"| {reason[:220]} |")
     return "\n".join(lines)
 
 

@@ -1141,7 +1141,8 @@ EXACT_DRAFT_ONLY = {"gpt_neox", "gpt_neo", "gpt2", "mllama"}  # token_idx classe
 @pytest.mark.parametrize("model_type", gaudi_classes.CHECKED)
 def test_every_gaudi_class_is_exact_or_refused_by_name(plain, emu, model_type):
     """Issue 29: each causal-LM class optimum-habana ships, as target and as draft: the target's own greedy output,
-    or a ValueError naming the class (never a crash from inside, never silent wrong tokens)."""
+    or a ValueError naming the class (never a crash from inside, never silent wrong tokens). Each class that runs as
+    a target also runs a feature head's draft tree exactly (its features, its tree mask over the cache columns)."""
     ref = plain["classes"][model_type]
     if isinstance(ref, str):
         pytest.skip(f"transformers cannot build a tiny {model_type}: {ref}")
@@ -1151,6 +1152,8 @@ def test_every_gaudi_class_is_exact_or_refused_by_name(plain, emu, model_type):
     expected_target = "exact" if model_type in EXACT_BOTH else "refused"
     expected_draft = "exact" if model_type in EXACT_BOTH | EXACT_DRAFT_ONLY else "refused"
     assert (result["target"], result["draft"]) == (expected_target, expected_draft), result
+    if expected_target == "exact":  # and a feature head's draft tree on it: its features, its tree mask
+        assert result["head"] == "exact", result
     if model_type.startswith("deepseek"):  # refused for what it is, not for whatever its forward raises first
         assert "3D latent cache" in result["reason_draft"], result
     if model_type in EXACT_BOTH:  # the class itself computes transformers' model, but for a known upstream bug
