@@ -137,6 +137,42 @@ def test_architecture_feature_head_matches_target(model_type):
             assert out.metrics.draft_forwards > 0 and out.metrics.draft_tokens > 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["gpt2", "electra", "mamba", "bloom", "deepseek_v2", "falcon_h1"])
+def test_a_head_trains_for_other_architectures(model_type, tmp_path):
+    """train-draft's pipeline (features, training, save, load) for targets unlike Llama: LayerNorm layers with other
+    names (GPT-2), embeddings narrower than the hidden states and an LM head that reads them (ELECTRA), no attention
+    (Mamba), the per-row runner (BLOOM), a model that cannot take a padded batch (transformers' tiny DeepSeek-V2:
+    features row by row), a hybrid (Falcon-H1). The trained head drafts, and greedy ids equal the target's own."""
+    from optimum_uag.engine.drafters import load_feature_head
+    from optimum_uag.training.feature import extract_features, train_feature_head
+
+    warnings.filterwarnings("ignore")
+    tok = byte_level_bpe()
+    if model_type not in causal_lm_types():
+        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
+    if model_type in ("mamba", "falcon_h1") and not hasattr(transformers.DynamicCache, "activate_past_recording"):
+        pytest.skip("recurrent targets run from transformers 5.25 (refused before: tested above)")
+    try:
+        target = _build(model_type, len(tok), 0).float()
+    except Unbuildable as err:
+        pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
+    try:
+        assisted_generate(target, tiny_llama(len(tok), 3), torch.tensor([[5, 6, 7]]), max_new_tokens=2)
+    except ValueError as err:  # (recurrent targets before transformers 5.25: refused for any draft, tested above)
+        pytest.skip(str(err)[:200])
+    texts = [f"sample {i}: " + TEXTS[i % 2] for i in range(12)]
+    seqs = [tok(t * 4)["input_ids"][:40] for t in texts]
+    extract_features(target, seqs, tmp_path / "features", log=lambda m: None)
+    result = train_feature_head(target, tmp_path / "features", tmp_path / "head", target_name=model_type, minutes=0.05,
+                                steps=2, window=16, batch_size=2, holdout=0.25, log=lambda m: None)
+    assert result["steps"] > 0
+    head = load_feature_head(tmp_path / "head")
+    ids = torch.tensor([seqs[0][:10]])
+    out = assisted_generate(target, head, ids, max_new_tokens=NEW, draft_policy="fixed")
+    assert torch.equal(out.sequences, _target_only(target, ids)) and out.metrics.draft_tokens > 0
+
+
 def test_a_target_whose_generate_derives_positions_from_content_is_refused_by_name():
     """transformers 4's XLM-RoBERTa-XL generate() numbers positions from padding_idx + 1 and skips pad-id tokens
     (its prepare_inputs_for_generation); every runner passes 0, 1, 2, ...: as a target it is refused by name (its

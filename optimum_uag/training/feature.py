@@ -43,6 +43,22 @@ def target_features(model, ids: torch.Tensor, attention_mask: torch.Tensor | Non
     return fused_hidden_states(out.hidden_states, feature_layers), out.logits
 
 
+def _batch_features(model, ids: torch.Tensor, mask: torch.Tensor, feature_layers):
+    """target_features of a right-padded batch; where the model cannot take the padded batch in one forward
+    (transformers' tiny DeepSeek-V2 and GLM-4-MoE-Lite fail on an attention mask with padding), one row at a time
+    without padding: the same features at every real position (causal attention)."""
+    try:
+        return target_features(model, ids, mask, feature_layers)
+    except Exception:  # noqa: BLE001 - the model's own forward; retried row by row, whose error is the real one
+        if ids.shape[0] == 1 and bool(mask.all()):
+            raise
+    outs = [target_features(model, ids[b : b + 1, : int(mask[b].sum())], None, feature_layers)
+            for b in range(ids.shape[0])]
+    width = ids.shape[1]
+    pad = lambda x: torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[1]))  # noqa: E731
+    return torch.cat([pad(h) for h, _ in outs]), torch.cat([pad(lg) for _, lg in outs])
+
+
 def fused_hidden_states(states, feature_layers) -> torch.Tensor:
     """cat(hidden_states[l] for l in feature_layers, hidden_states[-1]) along the last dimension."""
     if not feature_layers:
@@ -108,7 +124,7 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
             for r, i in enumerate(idx):  # right padding: positions stay 0..n-1 for every row
                 ids[r, : len(rows[i])] = torch.tensor(rows[i])
                 mask[r, : len(rows[i])] = 1
-            hidden, logits = target_features(model, ids.to(device), mask.to(device), layers)
+            hidden, logits = _batch_features(model, ids.to(device), mask.to(device), layers)
             logp = torch.log_softmax(logits.float(), -1)
             values, indices = logp.topk(topk, -1)
             for r, i in enumerate(idx):
