@@ -72,6 +72,22 @@ def metaspace_unigram(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 
 @lru_cache(maxsize=None)
+def bert_wordpiece(vocab_size: int = 500) -> PreTrainedTokenizerFast:
+    """BERT style: lowercased, accents stripped, '##' continuations, [UNK] for what it cannot spell, [CLS] ... [SEP]
+    around every encoding: its text does not round-trip (the target's text differs from what the draft reads)."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"],
+                                        show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return _fast(tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]", bos_token="[CLS]",
+                 eos_token="[SEP]")
+
+
+@lru_cache(maxsize=None)
 def chat_byte_level() -> PreTrainedTokenizerFast:
     """Byte-level BPE with chat-template special tokens."""
     tok = byte_level_bpe(700, ("<|im_start|>", "<|im_end|>"))

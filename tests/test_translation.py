@@ -10,7 +10,7 @@ from optimum_uag.engine.sampling import LogitsWarper
 from optimum_uag.engine.drafters.translation import TextBridge, same_vocabulary, vocabulary_intersection
 from optimum_uag.engine.drafters.universal import UniversalDrafter
 
-from helpers import (OracleDraft, byte_level_bpe, chat_byte_level, clean_llama, metaspace_unigram, pad_batch,
+from helpers import (OracleDraft, bert_wordpiece, byte_level_bpe, chat_byte_level, clean_llama, metaspace_unigram, pad_batch,
                      sentencepiece_bpe, tiny_llama, tiny_neox)
 from test_engine import _chi2, _joint_first_two
 
@@ -20,6 +20,8 @@ PAIRS = {
     "sentencepiece->bytelevel": (sentencepiece_bpe, byte_level_bpe),
     "bytelevel->unigram": (byte_level_bpe, metaspace_unigram),
     "chat->sentencepiece": (chat_byte_level, sentencepiece_bpe),
+    "bytelevel->wordpiece": (byte_level_bpe, bert_wordpiece),  # the draft reads lowercased, accent-free text
+    "wordpiece->sentencepiece": (bert_wordpiece, sentencepiece_bpe),  # a target whose text holds [UNK]s
 }
 
 
