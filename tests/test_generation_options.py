@@ -194,3 +194,27 @@ def test_sampling_with_repetition_penalty_and_top_p_matches_target():
         assert _chi2(samples, plain, n) < 1e-4
     except AssertionError as err:  # samples where the plain distribution has none: rejected as well
         assert "never produces" in str(err)
+
+
+def test_max_length_counts_the_prompt_as_in_transformers(models, head):
+    """max_length (prompt + new tokens) without max_new_tokens, from the call or a generation_config, and neither
+    (transformers' default max_length 20, which its generate() counts after the prompt): the same ids as the
+    target's own generate(); a max_length that leaves no room is refused by name."""
+    from transformers import GenerationConfig
+
+    target, same, _, tok, _ = models
+    ids, mask = pad_batch(tok, TEXTS)
+    length = ids.shape[1] + 9
+    ref = target.generate(ids, attention_mask=mask, do_sample=False, max_length=length, pad_token_id=tok.pad_token_id)
+    for draft, extra in ((same, dict(num_assistant_tokens=3)), (head, {})):
+        out = assisted_generate(target, draft, ids, mask, max_length=length, **extra)
+        assert torch.equal(out.sequences, ref)
+        out = assisted_generate(target, draft, ids, mask, generation_config=GenerationConfig(max_length=length),
+                                **extra)
+        assert torch.equal(out.sequences, ref)
+    short = ids[:1, -5:]
+    out = assisted_generate(target, head, short)  # (transformers: max_length 20 counted after the prompt)
+    assert torch.equal(out.sequences, target.generate(short, attention_mask=torch.ones_like(short), do_sample=False,
+                                                      pad_token_id=tok.pad_token_id))
+    with pytest.raises(ValueError, match="max_length=5 leaves no room"):
+        assisted_generate(target, head, short, max_length=5)

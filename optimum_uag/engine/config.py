@@ -35,6 +35,7 @@ HEAD_LOOKUP_TOKENS = 8  # prompt lookup in front of a feature head unless prompt
 # tokens, and falls back to HEAD_LOOKUP_TOKENS after one that did not (copying runs long in input-grounded answers):
 # SmolLM2 + its head, grounded 2.13x vs 2.06x at 8, chat within its noise (benchmarks/results/lookup_growth.json)
 HEAD_LOOKUP_MAX_TOKENS = 32
+_HF_DEFAULT_MAX_LENGTH = 20  # transformers' model-agnostic max_length (its GenerationConfig's, or generate()'s)
 # transformers' GenerationConfig default; a different value on the assistant's generation_config is the user's.
 _HF_DEFAULT_NUM_ASSISTANT_TOKENS = 20
 # Knobs whose effect this engine does not reproduce: refused unless left at their neutral value. (Logits
@@ -116,8 +117,10 @@ def _check_neutral(values: dict) -> None:
 
 
 def resolve_config(model, assistant_model, generation_config: GenerationConfig | None, kwargs: dict,
-                   ignore_eos: bool = False) -> AssistedConfig:
-    """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported."""
+                   ignore_eos: bool = False, prompt_length: int | None = None) -> AssistedConfig:
+    """Merge model.generation_config, the given generation_config and kwargs; refuse what is unsupported.
+    `prompt_length` (the input's columns): a max_length without max_new_tokens counts the prompt, as in
+    transformers."""
     config = _merged_generation_config(model, generation_config)
     kwargs = dict(kwargs)
     max_assistant_tokens = kwargs.pop("max_assistant_tokens", 16)  # engine-only: cap of the heuristic schedule
@@ -146,8 +149,22 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     max_new = config.max_new_tokens
     if max_new is None:
         max_new = explicit.get("max_new_tokens")
+    if max_new is None and prompt_length is not None:
+        # transformers' max_length: prompt + new tokens (max_new_tokens wins where both are set), from the call, the
+        # given generation_config or the model's own; neither: its model-agnostic default, which transformers'
+        # generate() counts after the prompt (20 new tokens)
+        max_length = explicit.get("max_length")
+        if max_length is None:
+            max_length = config.max_length
+            if max_length in (None, _HF_DEFAULT_MAX_LENGTH):
+                max_length = prompt_length + _HF_DEFAULT_MAX_LENGTH
+        if max_length is not None:
+            if not isinstance(max_length, int) or max_length - prompt_length < 1:
+                raise ValueError(f"max_length={max_length!r} leaves no room for new tokens after the prompt "
+                                 f"({prompt_length} tokens); raise max_length or pass max_new_tokens")
+            max_new = max_length - prompt_length
     if max_new is None:
-        raise ValueError("max_new_tokens is required (e.g. max_new_tokens=64)")
+        raise ValueError("max_new_tokens is required (e.g. max_new_tokens=64), or max_length (prompt + new tokens)")
     if not isinstance(max_new, int) or max_new < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new!r}")
 

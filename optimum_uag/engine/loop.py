@@ -86,7 +86,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     torch_compile = kwargs.pop("torch_compile", False)
     assistant_model = resolve_assistant(assistant_model)
     plan = plan_for(model, kwargs, generation_config)  # pops the backend's own knobs (Gaudi: lazy_mode, ...)
-    cfg = resolve_config(model, assistant_model, generation_config, kwargs, ignore_eos=plan.ignore_eos)
+    cfg = resolve_config(model, assistant_model, generation_config, kwargs, ignore_eos=plan.ignore_eos,
+                         prompt_length=input_ids.shape[-1] if isinstance(input_ids, torch.Tensor) else None)
     if torch_compile or plan.static_verify:
         # one fixed verify width (HPU graphs, torch.compile): a round without a draft would cost the full verify, so
         # these backends keep a fixed K (the adaptive policy runs on eager CPU / CUDA)
