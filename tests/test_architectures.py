@@ -138,23 +138,29 @@ def test_architecture_feature_head_matches_target(model_type):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["gpt2", "electra", "mamba", "bloom", "deepseek_v2", "falcon_h1"])
+@pytest.mark.parametrize("model_type", ["gpt2", "electra", "mamba", "bloom", "deepseek_v2", "falcon_h1", "opt-project-out"])
 def test_a_head_trains_for_other_architectures(model_type, tmp_path):
     """train-draft's pipeline (features, training, save, load) for targets unlike Llama: LayerNorm layers with other
     names (GPT-2), embeddings narrower than the hidden states and an LM head that reads them (ELECTRA), no attention
     (Mamba), the per-row runner (BLOOM), a model that cannot take a padded batch (transformers' tiny DeepSeek-V2:
-    features row by row), a hybrid (Falcon-H1). The trained head drafts, and greedy ids equal the target's own."""
+    features row by row), a hybrid (Falcon-H1), features projected to another width than hidden_size (OPT-350m's
+    project_out). The trained head drafts, an LM head of its own is trained (never frozen random rows), and greedy
+    ids equal the target's own."""
     from optimum_uag.engine.drafters import load_feature_head
     from optimum_uag.training.feature import extract_features, train_feature_head
 
     warnings.filterwarnings("ignore")
     tok = byte_level_bpe()
+    overrides = {}
+    if model_type == "opt-project-out":  # (OPT-350m: 512-wide embeddings and outputs around 1024-wide layers)
+        model_type, overrides = "opt", dict(word_embed_proj_dim=16)
     if model_type not in causal_lm_types():
         pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
     if model_type in ("mamba", "falcon_h1") and not hasattr(transformers.DynamicCache, "activate_past_recording"):
         pytest.skip("recurrent targets run from transformers 5.25 (refused before: tested above)")
     try:
-        target = _build(model_type, len(tok), 0).float()
+        target = (tiny_model(model_type, len(tok), 0, dtype=torch.float32, **overrides) if overrides else
+                  _build(model_type, len(tok), 0).float())
     except Unbuildable as err:
         pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
     try:
@@ -168,6 +174,11 @@ def test_a_head_trains_for_other_architectures(model_type, tmp_path):
                                 steps=2, window=16, batch_size=2, holdout=0.25, log=lambda m: None)
     assert result["steps"] > 0
     head = load_feature_head(tmp_path / "head")
+    with torch.no_grad():
+        width = target(input_ids=torch.tensor([[1, 2]]), output_hidden_states=True).hidden_states[-1].shape[-1]
+    assert head.config["hidden_size"] == width
+    if head.lm_head is not None and target.get_output_embeddings().in_features != width:
+        assert result["lm_head"] == "trained"  # (its rows are not the target's: learned, not frozen random rows)
     ids = torch.tensor([seqs[0][:10]])
     out = assisted_generate(target, head, ids, max_new_tokens=NEW, draft_policy="fixed")
     assert torch.equal(out.sequences, _target_only(target, ids)) and out.metrics.draft_tokens > 0

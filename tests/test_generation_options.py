@@ -218,3 +218,7 @@ def test_max_length_counts_the_prompt_as_in_transformers(models, head):
                                                       pad_token_id=tok.pad_token_id))
     with pytest.raises(ValueError, match="max_length=5 leaves no room"):
         assisted_generate(target, head, short, max_length=5)
+    # a generation_config that sets max_length=20 itself: what transformers' generate() makes of it on this version
+    given = GenerationConfig(max_length=20, pad_token_id=tok.pad_token_id)
+    ref = target.generate(short, attention_mask=torch.ones_like(short), do_sample=False, generation_config=given)
+    assert torch.equal(assisted_generate(target, head, short, generation_config=given).sequences, ref)

@@ -125,3 +125,30 @@ def test_grouped_query_heads_reach_the_kernel_without_key_value_copies_with_the_
     assert copies  # (transformers copies them for a masked block: what the runner avoids)
     for a, b in zip(got, want):
         assert torch.equal(a, b), (a - b).abs().max()
+
+
+def test_half_precision_one_token_steps_equal_transformers_own_generate_bit_for_bit(embedded, prompts):
+    """In bf16 / fp16 the CPU attention kernel rounds by the keys' width: the runner attends over exactly the slots
+    so far (HALF_LIVE_BUCKET), as transformers' incremental generate() does, so its prefill and one-token steps give
+    the same logits bit for bit (with the fp32 bucket of 32 they were ~2-5 bf16 ulps apart on SmolLM2)."""
+    import copy
+
+    from optimum_uag.runners.static import HALF_LIVE_BUCKET
+
+    assert HALF_LIVE_BUCKET == 1
+    model, tok = embedded["target"]
+    ids, _ = batch(tok, [prompts[1][:70]])
+    n = ids.shape[1]
+    for dtype in (torch.bfloat16, torch.float16):
+        half = copy.deepcopy(model).to(dtype)
+        ref = half.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,
+                            min_new_tokens=6, output_logits=True, return_dict_in_generate=True,
+                            pad_token_id=tok.pad_token_id)
+        runner = make_runner(half, 1, CAPACITY, torch.zeros(1, dtype=torch.long))
+        steps = [runner.forward(ids, torch.zeros(1, dtype=torch.long), logits_to_keep=1)[0, -1]]
+        for i in range(5):
+            steps.append(runner.forward(ref.sequences[:, n + i : n + i + 1], torch.tensor([n + i]),
+                                        logits_to_keep=1)[0, -1])
+        for got, want in zip(steps, ref.logits):
+            assert torch.equal(got, want[0].float()), dtype
+        assert runner.cache.live == n + 5  # (the block's end, not rounded up)

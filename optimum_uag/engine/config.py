@@ -149,6 +149,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
     max_new = config.max_new_tokens
     if max_new is None:
         max_new = explicit.get("max_new_tokens")
+    transformers_5 = getattr(GenerationConfig, "_get_default_generation_params", None) is not None
     if max_new is None and prompt_length is not None:
         # transformers' max_length: prompt + new tokens (max_new_tokens wins where both are set), from the call, the
         # given generation_config or the model's own; neither: its model-agnostic default, which transformers'
@@ -156,8 +157,16 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
         max_length = explicit.get("max_length")
         if max_length is None:
             max_length = config.max_length
-            if max_length in (None, _HF_DEFAULT_MAX_LENGTH):
+            if transformers_5:  # unset: None before transformers' global defaults (a set 20 means 20 in all)
+                source = generation_config if generation_config is not None else model.generation_config
+                unset = getattr(source, "max_length", None) is None and model.generation_config.max_length is None
+            else:  # transformers 4: any 20 is the default
+                unset = max_length in (None, _HF_DEFAULT_MAX_LENGTH)
+            if unset:  # counted after the prompt, capped at the model's positions, as generate() does
                 max_length = prompt_length + _HF_DEFAULT_MAX_LENGTH
+                positions = getattr(text_config_of(model), "max_position_embeddings", None)
+                if isinstance(positions, int) and positions > prompt_length:
+                    max_length = min(max_length, positions)
         if max_length is not None:
             if not isinstance(max_length, int) or max_length - prompt_length < 1:
                 raise ValueError(f"max_length={max_length!r} leaves no room for new tokens after the prompt "
@@ -393,3 +402,8 @@ def _refuse_dynamic_activation_quant(model) -> None:
             "weight-only (RTN) or with static FP8 scales (habana_configs/quantization_config), or use dynamic "
             "int8 for the assistant only"
         )
+
+
+def text_config_of(model):
+    """The text config of a (possibly composite) model config."""
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config

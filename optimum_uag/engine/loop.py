@@ -103,7 +103,8 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
     criteria = stopping_criteria(cfg, tokenizer, user_criteria)  # (validates stop_strings for both paths)
     # (a left-padded batch stays on the engine's runners, which the registry checked against each row's own forward:
     # transformers' padded-batch generate() differs from each row alone for some models, BLOOM and CodeGen among them)
-    if cfg.adaptive and not bool((attention_mask == 0).any()) and cost_prior(model, assistant_model) >= 1.0:
+    if cfg.adaptive and cost_prior(model, assistant_model) >= 1.0 and not (
+            bool((attention_mask == 0).any()) and _runs_on_the_engine(model)):
         return _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,
                             logits_processor, prefix_allowed_tokens_fn)
     if cfg.num_return_sequences > 1:  # rows of the batch, as transformers expands them
@@ -135,7 +136,7 @@ def _assisted_generate(model, assistant_model, input_ids, attention_mask, tokeni
             cfg.prompt_lookup_num_tokens = None
         call.policy = _adaptive_policy(cfg, model, assistant_model)
         if call.policy is not None and call.policy.never:  # a draft that cannot gain is not even set up
-            _say_target_only(model, assistant_model)  # (a left-padded batch: the target alone on these runners)
+            _say_target_only(model, assistant_model, stacklevel=4)  # (a left-padded batch: the target alone here)
             drafter = Drafter()  # (a UAG draft's vocabulary tables, a draft's cache: seconds for a 262k vocabulary)
         else:
             drafter = build_drafter(model, assistant_model, tokenizer, assistant_tokenizer, call.state,
@@ -370,10 +371,23 @@ def _device_tree(model, batch: int, head_cost: float, make, like: torch.Tensor):
     return shapes[choice]
 
 
-def _say_target_only(model, assistant_model) -> None:
+def _runs_on_the_engine(model) -> bool:
+    """Whether the runner registry takes this model as a target (else it is refused by name: transformers' own
+    generate() still serves a call that needs no draft)."""
+    from ..runners.registry import select_runner
+
+    try:
+        select_runner(model)
+    except ValueError:
+        return False
+    return True
+
+
+def _say_target_only(model, assistant_model, stacklevel: int = 5) -> None:
     cost = cost_prior(model, assistant_model)
     warnings.warn(f"optimum-uag: the draft multiplies {cost:.1f}x the target's weights per token, so no draft length "
-                  "can gain; generating with the target alone (draft_policy='fixed' drafts anyway)", stacklevel=5)
+                  "can gain; generating with the target alone (draft_policy='fixed' drafts anyway)",
+                  stacklevel=stacklevel)
 
 
 def _target_only(model, assistant_model, input_ids, attention_mask, cfg, tokenizer, streamer, user_criteria,

@@ -47,11 +47,16 @@ def _batch_features(model, ids: torch.Tensor, mask: torch.Tensor, feature_layers
     """target_features of a right-padded batch; where the model cannot take the padded batch in one forward
     (transformers' tiny DeepSeek-V2 and GLM-4-MoE-Lite fail on an attention mask with padding), one row at a time
     without padding: the same features at every real position (causal attention)."""
-    try:
-        return target_features(model, ids, mask, feature_layers)
-    except Exception:  # noqa: BLE001 - the model's own forward; retried row by row, whose error is the real one
-        if ids.shape[0] == 1 and bool(mask.all()):
-            raise
+    from ..registry import model_state
+
+    state = model_state(model)
+    if not state.get("features_row_by_row"):
+        try:
+            return target_features(model, ids, mask, feature_layers)
+        except Exception:  # noqa: BLE001 - the model's own forward; retried row by row, whose error is the real one
+            if ids.shape[0] == 1 and bool(mask.all()):
+                raise
+        state["features_row_by_row"] = True  # (every later batch: rows at once, not a failed forward first)
     outs = [target_features(model, ids[b : b + 1, : int(mask[b].sum())], None, feature_layers)
             for b in range(ids.shape[0])]
     width = ids.shape[1]
@@ -228,12 +233,41 @@ def _setting(cfg, name: str):
         return None
 
 
+def feature_width(model) -> int:
+    """Width of the target's features (its last hidden states): config.hidden_size, except where the model projects
+    its output first (OPT's project_out to word_embed_proj_dim): measured once by a 2-token forward, kept per model."""
+    from ..registry import model_state
+
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    state = model_state(model)
+    if "feature_width" not in state:
+        width = cfg.hidden_size
+        try:
+            device = next(model.parameters()).device
+            with torch.no_grad():
+                out = model(input_ids=torch.tensor([[1, 2]], device=device), output_hidden_states=True, use_cache=False)
+            width = int(out.hidden_states[-1].shape[-1])
+        except Exception:  # noqa: BLE001 - a model that cannot run a bare forward here: its config's width
+            pass
+        state["feature_width"] = width
+    return state["feature_width"]
+
+
+def _copies_target_rows(model, head) -> bool:
+    """Whether the head's LM head starts as the target's rows (init_head): the target's output layer reads the
+    head's width. Else (ELECTRA: it reads a projection) the head's own LM head is learned, never frozen."""
+    reads = getattr(model.get_output_embeddings(), "in_features", None)
+    return head.lm_head is not None and (reads is None or reads == head.config["hidden_size"])
+
+
 def head_config(model, draft_vocab_size: int | None, target_name: str) -> dict:
     """A one-layer head config in EAGLE's layout, shaped like the target's layers where the target has attention
     (else heads of 64, or one head: Mamba, RWKV), reading the target's token embeddings at their own width."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    hidden = cfg.hidden_size
+    hidden = feature_width(model)
     heads, head_dim = _setting(cfg, "num_attention_heads"), _setting(cfg, "head_dim")
+    if hidden != cfg.hidden_size:  # (projected features: heads of the projected width)
+        heads, head_dim = None, None
     if not isinstance(head_dim, int) or head_dim < 1:
         head_dim = None
     if not isinstance(heads, int) or heads < 1 or (head_dim is None and hidden % heads):
@@ -243,13 +277,22 @@ def head_config(model, draft_vocab_size: int | None, target_name: str) -> dict:
     if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
         kv_heads = heads
     intermediate = _setting(cfg, "intermediate_size")
+    # RoPE: transformers 4's rope_theta / rope_scaling, or transformers 5's rope_parameters (both, in one dict)
+    parameters = _setting(cfg, "rope_parameters")
+    parameters = parameters if isinstance(parameters, dict) else {}
+    theta = _setting(cfg, "rope_theta") or parameters.get("rope_theta") or 10000.0
+    scaling = _setting(cfg, "rope_scaling")
+    if not isinstance(scaling, dict) and parameters.get("rope_type", "default") != "default":
+        scaling = {k: v for k, v in parameters.items() if k != "rope_theta"}
+    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        scaling = None
     eps = _setting(cfg, "rms_norm_eps") or _setting(cfg, "layer_norm_eps") or _setting(cfg, "layer_norm_epsilon")
     out = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "bias": True, "num_hidden_layers": 1,
         "hidden_size": hidden, "intermediate_size": intermediate if isinstance(intermediate, int) else 4 * hidden,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "rms_norm_eps": float(eps) if isinstance(eps, (int, float)) else 1e-6,
-        "rope_theta": _setting(cfg, "rope_theta") or 10000.0, "rope_scaling": _setting(cfg, "rope_scaling"),
+        "rope_theta": theta, "rope_scaling": scaling,
         "max_position_embeddings": _setting(cfg, "max_position_embeddings") or 4096, "vocab_size": cfg.vocab_size,
         "hidden_act": "silu", "target": target_signature(model, target_name),
     }
@@ -405,7 +448,8 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
             raise ValueError(f"the head fuses layers {head.feature_layers}, the features in {folder} are of layers "
                              f"{stored or 'none (the final norm only)'}: extract them with --feature_layers "
                              f"{','.join(map(str, head.feature_layers))} into another --work_dir")
-    if head.lm_head is not None and freeze_lm_head:
+    own_rows = _copies_target_rows(model, head)
+    if head.lm_head is not None and freeze_lm_head and own_rows:
         head.lm_head.weight.requires_grad_(False)
     head.train()
     embed = model.get_input_embeddings()
@@ -454,7 +498,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
               "init_head": str(start_from) if start_from is not None else None,
               "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
-              "feature_rms": scale, "feature_layers": head.feature_layers or None, "lm_head": "frozen (the target's rows)" if freeze_lm_head else "trained",
+              "feature_rms": scale, "feature_layers": head.feature_layers or None, "lm_head": "frozen (the target's rows)" if freeze_lm_head and own_rows else "trained",
               "loss_on": "each sequence's loss mask (conversations: the assistant's answers)",
               "heldout": evaluation, "history": history[-20:]}
     Path(output_dir, "training_log.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -40,7 +40,10 @@ def check_head_matches(head: FeatureHead, model) -> None:
     hidden, vocab = head.config["hidden_size"], head.config.get("vocab_size")
     problems = []
     if hidden != config.hidden_size:
-        problems.append(f"hidden size {hidden} != the target's {config.hidden_size}")
+        from ...training.feature import feature_width  # (a target that projects its output: OPT's project_out)
+
+        if hidden != feature_width(model):
+            problems.append(f"hidden size {hidden} != the target's {config.hidden_size}")
     if vocab is not None and head.lm_head is None and vocab != config.vocab_size:
         problems.append(f"vocabulary {vocab} != the target's {config.vocab_size}")
     embed = head.embed_tokens or model.get_input_embeddings()
@@ -314,6 +317,10 @@ class FeatureDrafter(Drafter):
             self.branch_whole = ((n_new > self.branch_verified) & self.branch_rows).any()
             self.branch_verified = 0
         feats = verdict.features
+        if feats.shape[-1] != self.features.shape[-1]:
+            raise ValueError(f"this feature head reads {self.features.shape[-1]} features, the target's hidden states "
+                             f"are {feats.shape[-1]} wide: the head was trained for another target (optimum-uag "
+                             "train-draft --model_name_or_path <target> makes one)")
         slots = (verdict.start[:, None] + torch.arange(feats.shape[1], device=feats.device)).clamp_max(self.columns - 1)
         self.features.scatter_(1, slots[..., None].expand(-1, -1, feats.shape[-1]), feats.to(self.features.dtype))
 
