@@ -45,6 +45,18 @@ def _build(model_type, vocab, seed):
     pytest.skip(f"transformers cannot generate with tiny {model_type}: {type(last).__name__}: {str(last)[:120]}")
 
 
+def _prompts_and_references(target, tok, model_type):
+    """TEXTS as a left-padded batch (ids, mask), each prompt alone (rows) and the target's own greedy continuation
+    of each (refs); skips where transformers' own generate() fails on them (nothing to match)."""
+    ids, mask = pad_batch(tok, TEXTS)
+    rows = [ids[b, int((mask[b] == 0).sum()):][None] for b in range(len(TEXTS))]
+    try:
+        refs = [_target_only(target, r)[0, r.shape[1]:] for r in rows]
+    except Exception as err:  # noqa: BLE001
+        pytest.skip(f"transformers cannot generate with tiny {model_type} on the test prompts: {type(err).__name__}")
+    return ids, mask, rows, refs
+
+
 def _hf_assisted_ok(target, draft, ids) -> bool:
     try:
         out = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
@@ -66,12 +78,7 @@ def test_architecture_greedy_matches_target(model_type):
     except Unbuildable as err:
         pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
     llama = tiny_llama(len(tok), 3).to(target.dtype)
-    ids, mask = pad_batch(tok, TEXTS)
-    rows = [ids[b, int((mask[b] == 0).sum()):][None] for b in range(len(TEXTS))]
-    try:
-        refs = [_target_only(target, r)[0, r.shape[1]:] for r in rows]
-    except Exception as err:  # noqa: BLE001 - transformers' own generate() fails on these prompts: nothing to match
-        pytest.skip(f"transformers cannot generate with tiny {model_type} on the test prompts: {type(err).__name__}")
+    ids, mask, rows, refs = _prompts_and_references(target, tok, model_type)
     drafts = {"same-arch": (same, {}), "llama": (llama, {}),
               "uag": (cross, dict(tokenizer=tok, assistant_tokenizer=dtok))}
     try:
@@ -111,12 +118,7 @@ def test_architecture_feature_head_matches_target(model_type):
         target = _build(model_type, len(tok), 0)
     except Unbuildable as err:
         pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
-    ids, mask = pad_batch(tok, TEXTS)
-    rows = [ids[b, int((mask[b] == 0).sum()):][None] for b in range(len(TEXTS))]
-    try:
-        refs = [_target_only(target, r)[0, r.shape[1]:] for r in rows]
-    except Exception as err:  # noqa: BLE001 - transformers' own generate() fails on these prompts: nothing to match
-        pytest.skip(f"transformers cannot generate with tiny {model_type} on the test prompts: {type(err).__name__}")
+    ids, mask, rows, refs = _prompts_and_references(target, tok, model_type)
     torch.manual_seed(0)
     head = init_head(target, head_config(target, None, model_type), None)
     with torch.no_grad():  # away from the near-identity start, so that drafts vary
