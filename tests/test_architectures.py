@@ -110,7 +110,7 @@ def test_architecture_feature_head_matches_target(model_type):
     runners included. Greedy ids at batch 1 and on a left-padded batch of 2 (the defaults: adaptive policy, the
     device's tree where the runner takes a tree mask; and a draft every round, draft_policy="fixed") must equal each
     prompt's own generate(), and the head must have drafted where it was made to."""
-    from optimum_uag.training.feature import head_config, init_head
+    from optimum_uag.testing.heads import untrained_head
 
     warnings.filterwarnings("ignore")
     tok = byte_level_bpe()
@@ -119,12 +119,7 @@ def test_architecture_feature_head_matches_target(model_type):
     except Unbuildable as err:
         pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
     ids, mask, rows, refs = _prompts_and_references(target, tok, model_type)
-    torch.manual_seed(0)
-    head = init_head(target, head_config(target, None, model_type), None)
-    with torch.no_grad():  # away from the near-identity start, so that drafts vary
-        for p in head.layers.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    head = head.eval().to(target.dtype)
+    head = untrained_head(target, name=model_type)
     try:
         assisted_generate(target, head, rows[0], max_new_tokens=2)
     except ValueError as err:  # refused for every draft (the test above checks transformers fails there too)

@@ -10,21 +10,14 @@ from optimum_uag import assisted_generate
 from optimum_uag.engine.drafters import FeatureHead, load_feature_head
 from optimum_uag.engine.drafters.feature_head import save_feature_head
 from optimum_uag.engine.sampling import LogitsWarper
-from optimum_uag.training.feature import head_config, init_head
+from optimum_uag.testing.heads import untrained_head
 
 from helpers import skip_or_fail_in_ci, tiny_llama
 from test_engine import _chi2, _joint_first_two, _sharp_llama, batch, reference
 
 
 def make_head(model, draft_vocab: int | None, seed: int = 0) -> FeatureHead:
-    torch.manual_seed(seed)
-    vocab = model.config.vocab_size
-    ids = torch.randperm(vocab)[:draft_vocab].sort().values if draft_vocab else None
-    head = init_head(model, head_config(model, draft_vocab, "test-target"), ids)
-    with torch.no_grad():  # away from the near-identity init, so that drafts vary
-        for p in head.layers.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    return head.eval()
+    return untrained_head(model, draft_vocab, seed)
 
 
 def make_fused_head(model, draft_vocab: int | None, layers=(1, 3), seed: int = 0) -> FeatureHead:

@@ -49,15 +49,9 @@ def models():
 @pytest.fixture(scope="module")
 def head(models):
     """A feature head (EAGLE) for the target, away from its near-identity start."""
-    from optimum_uag.training.feature import head_config, init_head
+    from optimum_uag.testing.heads import untrained_head
 
-    target = models[0]
-    torch.manual_seed(0)
-    made = init_head(target, head_config(target, None, "test-target"), None)
-    with torch.no_grad():
-        for p in made.layers.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    return made.eval().double()
+    return untrained_head(models[0])
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))

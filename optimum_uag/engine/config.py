@@ -8,6 +8,7 @@ import torch
 from transformers import GenerationConfig
 
 from .policy import MAX_K as ADAPTIVE_MAX_K
+from ..runners.common import text_config
 from .tree import TreeShape
 
 SCHEDULES = ("constant", "heuristic", "confidence")
@@ -164,7 +165,7 @@ def resolve_config(model, assistant_model, generation_config: GenerationConfig |
                 unset = max_length in (None, _HF_DEFAULT_MAX_LENGTH)
             if unset:  # counted after the prompt, capped at the model's positions, as generate() does
                 max_length = prompt_length + _HF_DEFAULT_MAX_LENGTH
-                positions = getattr(text_config_of(model), "max_position_embeddings", None)
+                positions = getattr(text_config(model), "max_position_embeddings", None)
                 if isinstance(positions, int) and positions > prompt_length:
                     max_length = min(max_length, positions)
         if max_length is not None:
@@ -402,8 +403,3 @@ def _refuse_dynamic_activation_quant(model) -> None:
             "weight-only (RTN) or with static FP8 scales (habana_configs/quantization_config), or use dynamic "
             "int8 for the assistant only"
         )
-
-
-def text_config_of(model):
-    """The text config of a (possibly composite) model config."""
-    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config

@@ -156,14 +156,9 @@ def _check_head(model, expected: torch.Tensor) -> str:
     """A feature head (EAGLE) on the class as target: a draft tree every round (its features read back from the
     class's verify forwards, its tree mask through the class's attention), greedy; "exact" or what went wrong."""
     from .. import assisted_generate
-    from ..training.feature import head_config, init_head
+    from .heads import untrained_head
 
-    torch.manual_seed(0)
-    head = init_head(model, head_config(model, None, "gaudi-class"), None)
-    with torch.no_grad():  # away from the near-identity start, so that drafts vary
-        for p in head.layers.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    head = head.eval().to(model.dtype)
+    head = untrained_head(model, name="gaudi-class")
     try:
         out = assisted_generate(model, head, PROMPT, MASK, max_new_tokens=NEW, do_sample=False, draft_tree=True,
                                 draft_policy="fixed", eos_token_id=None, pad_token_id=0, **GAUDI)

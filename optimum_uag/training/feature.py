@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..engine.drafters.feature_head import FeatureHead, embedding_checksum, save_feature_head
+from ..runners.common import text_config
 
 TOPK = 16
 
@@ -238,10 +239,9 @@ def feature_width(model) -> int:
     its output first (OPT's project_out to word_embed_proj_dim): measured once by a 2-token forward, kept per model."""
     from ..registry import model_state
 
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     state = model_state(model)
     if "feature_width" not in state:
-        width = cfg.hidden_size
+        width = text_config(model).hidden_size
         try:
             device = next(model.parameters()).device
             with torch.no_grad():
