@@ -47,7 +47,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["optimum_uag", "optimum_uag.*"]),
-    package_data={"optimum_uag": ["models/*.json", "models/*/*.json", "models/*/*.safetensors", "models/*/*.model", "models/*/*.txt", "models/*/*.jinja"]},
+    package_data={"optimum_uag": ["models/*.json", "models/*/*.json", "models/*/*.safetensors", "models/*/*.model", "models/*/*.txt", "models/*/*.jinja", "runners/kernels/*.c"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,

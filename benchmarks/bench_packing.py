@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Which CPU linear kernel is faster on this machine, per SmolLM2 weight shape (F.linear vs oneDNN's prepacked
-`_linear_pointwise`, at 1, 6 and 9 rows: a decode step and verify blocks), what the auto policy packs here
-(runners/packed.py `packing_pays`), SmolLM2's forward at 1-17 tokens under each packing choice (the choices
+`_linear_pointwise` vs optimum-uag's skinny kernel, at 1, 3, 4, 6, 9 and 17 rows: a decode step and verify blocks),
+what the auto policy packs here (runners/packed.py `packing_pays`, `skinny_pays`), SmolLM2's forward at 1-17 tokens under each packing choice (the choices
 interleaved), and its target-only generate() with and without the auto policy's packing, interleaved, median of
 the repeats. Kernels are timed on one weight (cached) and streamed over copies of it, as a forward reads weights.
 
@@ -20,6 +20,7 @@ import time
 import torch
 
 from optimum_uag.runners import packed as packing
+from optimum_uag.runners import skinny
 
 SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)]  # q/o, k/v, gate/up, down, LM head
 
@@ -45,30 +46,37 @@ def kernels() -> list[dict]:
         copies = max(1, min(64, packing.STREAM_BYTES // (4 * o * i)))
         ws = [w] + [w.clone() for _ in range(copies - 1)]
         pks = [torch.ops.mkldnn._reorder_linear_weight(v) for v in ws]
+        sks = [skinny.SkinnyWeight(v) for v in ws] if skinny.available() else []
         reps = 200 if o < 10000 else 15
-        row = {"shape": [o, i], "auto_policy_packs": packing.packing_pays(o, i)}
-        for rows in (1, 6, 9):
+        packs = packing.packing_pays(o, i)
+        row = {"shape": [o, i], "auto_policy_packs": packs,
+               "auto_policy_skinny_blocks": bool(sks) and packing.skinny_pays(o, i, packs)}
+        for rows in (1, 3, 4, 6, 9, 17):
             x = torch.randn(1, rows, i)
             cached = {"F.linear": microseconds(lambda: torch.nn.functional.linear(x, w), reps),
                       "packed": microseconds(lambda: packing._linear(pks[0], None, x), reps)}
             streamed = {"F.linear": microseconds(lambda: [torch.nn.functional.linear(x, v) for v in ws], 7) / copies,
                         "packed": microseconds(lambda: [packing._linear(v, None, x) for v in pks], 7) / copies}
+            if sks:
+                cached["skinny"] = microseconds(lambda: sks[0](x), reps)
+                streamed["skinny"] = microseconds(lambda: [v(x) for v in sks], 7) / copies
             row[f"rows_{rows}_us"] = {k: round(v, 1) for k, v in cached.items()}
             row[f"rows_{rows}_us_streamed"] = {k: round(v, 1) for k, v in streamed.items()}
         out.append(row)
     return out
 
 
-PACKINGS = {  # which linears a forward runs packed: the auto policy's measured choice, and fixed choices
-    "auto policy": None,
-    "LM head only": lambda o, i: o * i >= 1 << 24,
-    "LM head + 576x576": lambda o, i: o * i >= 1 << 24 or (o, i) == (576, 576),
-    "every eligible linear": lambda o, i: True,
+PACKINGS = {  # which linears a forward runs packed, and whether blocks of rows run on the skinny kernel: the auto
+    # policy's measured choice, and fixed choices (oneDNN's packing only)
+    "auto policy": (None, None),
+    "auto policy, no skinny kernel": (None, False),
+    "LM head only": (lambda o, i: o * i >= 1 << 24, False),
+    "every eligible linear": (lambda o, i: True, False),
 }
 
 
 @torch.no_grad()
-def forward_by_packing(repeats: int, widths=(1, 6, 9, 17), context: int = 250) -> dict:
+def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17), context: int = 250) -> dict:
     """SmolLM2's forward (the static runner, `context` tokens cached) at each width under each packing choice,
     the choices interleaved per width and repetition; ms and the cost against the auto policy's one-token forward."""
     from optimum_uag.models import smollm2
@@ -77,12 +85,13 @@ def forward_by_packing(repeats: int, widths=(1, 6, 9, 17), context: int = 250) -
 
     model = AutoModelForCausalLM.from_pretrained(smollm2(), dtype=torch.float32).eval()
     kind = select_runner(model, strict=True)
-    runners, modules = {}, {}
-    for name, select in PACKINGS.items():
-        pack = packing.PackedWeights(model, measured=select is None, select=select)
+    runners, modules, skinny_modules = {}, {}, {}
+    for name, (select, use_skinny) in PACKINGS.items():
+        pack = packing.PackedWeights(model, measured=select is None, select=select, use_skinny=use_skinny)
         runners[name] = RUNNERS[kind](model, 1, context + max(widths) + 8, torch.zeros(1, dtype=torch.long))
         runners[name].call = packing.PackedCall(model, pack)
-        modules[name] = len(pack.modules)
+        modules[name] = len(pack.onednn)
+        skinny_modules[name] = pack.skinny
     gen = torch.Generator().manual_seed(0)
     ids = lambda n: torch.randint(0, model.config.vocab_size, (1, n), generator=gen)  # noqa: E731
     for runner in runners.values():
@@ -98,7 +107,7 @@ def forward_by_packing(repeats: int, widths=(1, 6, 9, 17), context: int = 250) -
                 if rep >= 2:
                     times[name, w].append(time.perf_counter() - t0)
     one = statistics.median(times["auto policy", 1])
-    return {name: {"packed_modules": modules[name],
+    return {name: {"packed_modules": modules[name], "skinny_modules": len(skinny_modules[name]),
                    "ms": {w: round(statistics.median(times[name, w]) * 1e3, 1) for w in widths},
                    "vs_auto_one_token": {w: round(statistics.median(times[name, w]) / one, 2) for w in widths}}
             for name in runners}

@@ -78,6 +78,7 @@ def test_only_shapes_whose_packed_kernel_is_faster_here_are_packed(monkeypatch):
         return out_features == 600  # only the LM head (vocabulary 600) "measured" faster packed
 
     monkeypatch.setattr(packing, "packing_pays", pays)
+    monkeypatch.setenv("OPTIMUM_UAG_SKINNY", "0")  # oneDNN's choice alone (the skinny kernel: tests/test_skinny.py)
     model = _big_llama(7)
     pack = packing.packed_weights(model)
     assert [m.weight.shape[0] for m in pack.modules] == [600]

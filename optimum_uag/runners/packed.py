@@ -19,6 +19,12 @@ its 49,152-row LM head (4.0 vs 6.6 ms at six rows; benchmarks/results/packing.js
 generate() argument) or OPTIMUM_UAG_PACKED_WEIGHTS=0 turns it off; `packed_weights(model, enabled=True)` packs every
 eligible linear without measuring, as does every rank of a multi-process (DeepSpeed) run, so that all ranks run the
 same kernels.
+
+Verify blocks (MIN_ROWS to MAX_ROWS rows, runners/skinny.py) run on the skinny kernel instead, for the shapes where it
+measures faster here than the kernel above (`skinny_pays`, the same alternating measurement at 4 and 8 rows): MKL
+switches from its weight-streaming kernel to a blocked GEMM at 4 rows, which made a forward of 4 tokens cost 1.34 of
+a one-token forward on an Intel Xeon (1.07 with the skinny kernel; docs/benchmarks.md). OPTIMUM_UAG_SKINNY=0 keeps
+the kernels above for every block.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ import time
 import torch
 
 from ..registry import model_state
+from . import skinny
 
 MIN_WEIGHTS = 1 << 18  # below this a packed linear is slower than F.linear at one row (measured: 192x576)
 MEMORY_SHARE = 0.25
@@ -102,6 +109,65 @@ def packing_pays(out_features: int, in_features: int) -> bool:
     return _PAYS[key]
 
 
+SKINNY_MIN_WEIGHTS = 1 << 16  # below this a call's overhead is most of its time (and tiny test models keep MKL's)
+
+
+def _skinny_eligible(module: torch.nn.Module) -> bool:
+    return skinny.eligible(module) and module.weight.numel() >= SKINNY_MIN_WEIGHTS
+
+
+_SKINNY_PAYS: dict = {}  # (out, in, threads, oneDNN-packed) -> whether the skinny kernel beats that one at 4-8 rows
+
+
+@torch.inference_mode()
+def skinny_pays(out_features: int, in_features: int, packed: bool) -> bool:
+    """Whether the skinny kernel is clearly faster here than the kernel a linear of this shape runs otherwise
+    (oneDNN's packed one when `packed`, else F.linear) over a block of 4 rows plus one of 8, the weights streamed from
+    memory as in a forward, the kernels alternating pass by pass (as `packing_pays`; once per process and shape)."""
+    key = (out_features, in_features, torch.get_num_threads(), packed)
+    if key not in _SKINNY_PAYS:
+        gen = torch.Generator().manual_seed(0)
+        copies = max(1, min(64, STREAM_BYTES // (4 * out_features * in_features)))
+        weight = torch.randn(out_features, in_features, generator=gen)
+        weights = [weight] + [weight.clone() for _ in range(copies - 1)]
+        skinnies = [skinny.SkinnyWeight(w) for w in weights]
+        if packed:
+            packs = [torch.ops.mkldnn._reorder_linear_weight(w) for w in weights]
+            other = lambda v: [_linear(p, None, v) for p in packs]  # noqa: E731
+        else:
+            other = lambda v: [torch.nn.functional.linear(v, w) for w in weights]  # noqa: E731
+        kernels = {"other": other, "skinny": lambda v: [s(v) for s in skinnies]}
+        passes = max(3, min(9, int(1e8 // (copies * out_features * in_features))))
+        total = {name: 0.0 for name in kernels}
+        for rows in (skinny.MIN_ROWS, 8):
+            x = torch.randn(1, rows, in_features, generator=gen)
+            times = {name: [] for name in kernels}
+            for rep in range(passes + 1):
+                for name, fn in kernels.items():
+                    t0 = time.perf_counter()
+                    fn(x)
+                    if rep:
+                        times[name].append(time.perf_counter() - t0)
+            for name in kernels:
+                total[name] += statistics.median(times[name])
+        _SKINNY_PAYS[key] = total["skinny"] < MARGIN * total["other"]
+    return _SKINNY_PAYS[key]
+
+
+def _plain(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x, module.weight, module.bias)
+
+
+def _route(small, block, x: torch.Tensor) -> torch.Tensor:
+    """One linear call: a block of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel, anything else on `small`."""
+    width = x.shape[-1]
+    rows = x.numel() // width if width else 0
+    if (skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
+            and not (x.requires_grad and torch.is_grad_enabled())):
+        return block(x)
+    return small(x)
+
+
 def _several_processes() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized() and \
         torch.distributed.get_world_size() > 1
@@ -119,12 +185,22 @@ def _version(weight: torch.Tensor) -> tuple:
 class PackedWeights:
     """The packed copies of one model's linear weights, and a context that routes its linears through them."""
 
-    def __init__(self, model: torch.nn.Module, measured: bool = False, select=None):
-        """measured: only the shapes `packing_pays` chooses; select(out, in) -> bool: only those (benchmarks)."""
-        self.modules = [m for m in model.modules() if _packable(m) and (select is None or select(*m.weight.shape))
-                        and (not measured or packing_pays(*m.weight.shape))]
-        self.nbytes = sum(m.weight.numel() * m.weight.element_size() for m in self.modules)
-        self.packed: list = [None] * len(self.modules)
+    def __init__(self, model: torch.nn.Module, measured: bool = False, select=None, use_skinny: bool | None = None):
+        """measured: only the shapes `packing_pays` (oneDNN) and `skinny_pays` (blocks of rows) choose; select(out,
+        in) -> bool: only those (benchmarks); use_skinny: False never, True wherever eligible, None as measured."""
+        chosen = [m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
+                  and m.weight.dim() == 2 and (select is None or select(*m.weight.shape))]
+        self.onednn = {m for m in chosen if supported() and _packable(m) and (not measured or packing_pays(*m.weight.shape))}
+        self.skinny: set = set()
+        if use_skinny is not False and skinny.available():
+            self.skinny = {m for m in chosen if _skinny_eligible(m) and (
+                use_skinny or not measured or skinny_pays(*m.weight.shape, m in self.onednn))}
+        self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
+        self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny))
+                          for m in self.modules)
+        self.small: list = [None] * len(self.modules)  # per module: its forward for 1-3 rows (None: its own)
+        self.blocks: list = [None] * len(self.modules)  # and for any number of rows (blocks to the skinny kernel)
+        self.direct: list = [None] * len(self.modules)  # and inside a runner's forward of a block (no routing)
         self.versions: list = [None] * len(self.modules)
         self.depth = 0
 
@@ -134,31 +210,53 @@ class PackedWeights:
                 version = _version(m.weight)
                 if self.versions[i] != version:  # first use, or the weight changed since it was packed
                     bias = None if m.bias is None else m.bias.detach()
-                    self.packed[i] = functools.partial(
-                        _linear, torch.ops.mkldnn._reorder_linear_weight(m.weight.detach()), bias)
+                    small = None
+                    if m in self.onednn:
+                        small = functools.partial(_linear, torch.ops.mkldnn._reorder_linear_weight(m.weight.detach()),
+                                                  bias)
+                    block = direct = small
+                    if m in self.skinny:
+                        direct = skinny.SkinnyWeight(m.weight, bias)
+                        block = functools.partial(_route, small or functools.partial(_plain, m), direct)
+                    self.small[i], self.blocks[i], self.direct[i] = small, block, direct
                     self.versions[i] = version
 
-    def __enter__(self):
+    def enter(self, rows: int | None = None) -> "PackedWeights":
+        """Route the linears through the packed weights until `exit()`. `rows`: a runner's forward (no autograd) of
+        that many rows (batch x tokens): a block of skinny.MIN_ROWS..MAX_ROWS rows runs every skinny-chosen linear on
+        the skinny kernel, another forward none (a per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2
+        forward); None (a generate() call, any caller): each call routed by its own rows."""
         if self.depth == 0:
             self._refresh()
-            for m, fn in zip(self.modules, self.packed):
-                m.forward = fn  # an instance attribute for this call only; removed on exit
+            if rows is None:
+                fns = self.blocks
+            else:
+                fns = self.direct if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else self.small
+            for m, fn in zip(self.modules, fns):
+                # an instance attribute for this call only, removed on exit (set in __dict__ directly: nn.Module's
+                # __setattr__ costs ~5 us a module, 1 ms a SmolLM2 forward)
+                if fn is not None:
+                    m.__dict__["forward"] = fn
         self.depth += 1
         return self
 
-    def __exit__(self, *exc):
+    def exit(self) -> None:
         self.depth -= 1
         if self.depth == 0:
             for m in self.modules:
                 m.__dict__.pop("forward", None)
+
+    def __enter__(self):
+        return self.enter()
+
+    def __exit__(self, *exc):
+        self.exit()
         return False
 
 
 def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> PackedWeights | None:
     """The model's PackedWeights when the policy (module doc) says so; None otherwise."""
     if enabled is False or (enabled is None and os.environ.get("OPTIMUM_UAG_PACKED_WEIGHTS", "1") == "0"):
-        return None
-    if not supported():
         return None
     state = model_state(model)
     # the measured choice, or every eligible linear; ranks of a multi-process run each measure for themselves and
@@ -168,6 +266,8 @@ def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> Packe
     key = "packed" if measured else "packed_all"
     if key in state:
         return state[key]
+    if not supported() and not skinny.available():
+        return None
     pack = PackedWeights(model, measured=measured)
     memory = _memory_bytes()
     if not pack.modules or (enabled is None and memory and pack.nbytes > MEMORY_SHARE * memory):
@@ -183,5 +283,8 @@ class PackedCall:
         self.model, self.pack = model, pack
 
     def __call__(self, shape: tuple[int, int], **kwargs):
-        with self.pack:
+        self.pack.enter(shape[0] * shape[1])
+        try:
             return self.model(**kwargs)
+        finally:
+            self.pack.exit()

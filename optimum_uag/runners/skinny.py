@@ -1,0 +1,160 @@
+"""The skinny linear kernel (kernels/skinny.c): a linear over a few rows that streams the weights once for all rows.
+
+A verify block (a draft tree and its root, 4-17 tokens) multiplies every weight matrix of the target by a handful of
+rows. MKL's sgemm, behind `F.linear` on a CPU, serves 1-3 rows with a kernel that streams the weights once, and from 4
+rows on switches to a blocked GEMM that packs its operands on every call: on this project's Intel Xeon a SmolLM2-135M
+forward costs 39 ms at 3 tokens and 52 ms at 4 (benchmarks/results/verify_cost_intel.json), oneDNN's prepacked
+kernel is no better there (runners/packed.py), and so a tree of more than 3 tokens did not pay. This kernel keeps the
+weights packed once, in groups of output columns read as one forward stream (prefetched ahead), and multiplies all
+rows of a block against each group while it is in cache: the forward's cost stays near a one-token forward's up to
+about 9 tokens (docs/benchmarks.md, "The skinny kernel").
+
+It is plain C with OpenMP (no Python or torch headers), built once per machine with the system's C compiler (`cc`,
+or $CC) for AVX-512F or AVX2 + FMA, into ~/.cache/optimum_uag/kernels (or $OPTIMUM_UAG_KERNEL_CACHE), about a second,
+and called through ctypes. Where it cannot be built (no compiler, another instruction set) the linears keep their own
+kernels and one warning says why. OPTIMUM_UAG_SKINNY=0 turns it off. runners/packed.py decides where it runs: only
+blocks of MIN_ROWS to MAX_ROWS rows, and only for weight shapes where it measures faster on this machine.
+
+Every output is one fused multiply-add per k, k in order, whatever the number of rows computed with it: a row's
+result does not depend on the block it came in (tested). Its rounding differs from MKL's (fp32, as between any two
+GEMM kernels); the greedy tests compare tokens with the model's own generate().
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "skinny.c"
+FLAGS = {"avx512": ["-mavx512f", "-mfma"], "avx2": ["-mavx2", "-mfma"]}
+MIN_ROWS = 4  # below this MKL's streaming kernel is as fast (runners/packed.py keeps it there)
+MAX_ROWS = 64  # above this (a prefill) a blocked GEMM is the better kernel
+
+_LOCK = threading.Lock()
+_STATE: dict = {}  # "lib": the loaded library, or "error": why there is none
+
+
+def instruction_set() -> str | None:
+    """'avx512', 'avx2' or None: what this CPU offers the kernel (x86-64 Linux flags)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None
+    if "avx512f" in flags and "fma" in flags:
+        return "avx512"
+    if "avx2" in flags and "fma" in flags:
+        return "avx2"
+    return None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("OPTIMUM_UAG_KERNEL_CACHE") or Path.home() / ".cache" / "optimum_uag" / "kernels")
+
+
+def _build(isa: str) -> Path:
+    source = SOURCE.read_bytes()
+    compiler = os.environ.get("CC") or "cc"
+    flags = ["-O3", "-fPIC", "-shared", "-fopenmp", *FLAGS[isa]]
+    digest = hashlib.sha256(source + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
+    out = cache_dir() / f"skinny-{isa}-{digest}.so"
+    if out.exists():
+        return out
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C compiler ({compiler!r} not found; install gcc, or set CC)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        built = Path(tmp) / out.name
+        run = subprocess.run([compiler, *flags, "-o", str(built), str(SOURCE)], capture_output=True, text=True,
+                             timeout=300)
+        if run.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {(run.stderr or run.stdout).strip()[-400:]}")
+        os.replace(built, out)  # atomic: another process building at the same time loads one whole file
+    return out
+
+
+def load(isa: str):
+    """Build (once per machine and source) and load the kernel for `isa` ('avx512' or 'avx2')."""
+    lib = ctypes.CDLL(str(_build(isa)))
+    c_i64, c_ptr = ctypes.c_int64, ctypes.c_void_p
+    lib.skinny_linear.argtypes = [c_ptr, c_i64, c_i64, c_ptr, c_i64, c_ptr, c_ptr, ctypes.c_int]
+    lib.skinny_linear.restype = None
+    lib.skinny_pack.argtypes = [c_ptr, c_i64, c_i64, c_ptr]
+    lib.skinny_pack.restype = None
+    lib.skinny_group_width.restype = ctypes.c_int
+    lib.group_width = int(lib.skinny_group_width())
+    return lib
+
+
+def library():
+    """The loaded kernel library, or None (the reason warned once; OPTIMUM_UAG_SKINNY=0: None, silently)."""
+    if os.environ.get("OPTIMUM_UAG_SKINNY", "1") == "0":
+        return None
+    with _LOCK:
+        if "lib" not in _STATE and "error" not in _STATE:
+            isa = instruction_set()
+            try:
+                if isa is None:
+                    raise RuntimeError("this CPU has neither AVX-512F nor AVX2 + FMA")
+                _STATE["lib"] = load(isa)
+            except Exception as err:  # (no compiler, a failed build, an unloadable file): the linears keep MKL's
+                _STATE["error"] = f"{type(err).__name__}: {err}"
+                warnings.warn("optimum-uag: the skinny linear kernel is not available here "
+                              f"({_STATE['error']}); verify blocks run on the default linear kernel "
+                              "(OPTIMUM_UAG_SKINNY=0 silences this)", stacklevel=3)
+        return _STATE.get("lib")
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def eligible(module: torch.nn.Module) -> bool:
+    """A plain float32 CPU nn.Linear (the only layers the kernel replaces)."""
+    weight = getattr(module, "weight", None)
+    bias = getattr(module, "bias", None)
+    return (type(module) is torch.nn.Linear and isinstance(weight, torch.Tensor) and weight.dtype == torch.float32
+            and weight.device.type == "cpu" and weight.dim() == 2
+            and (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu"))
+            and not torch.nn.utils.parametrize.is_parametrized(module))
+
+
+class SkinnyWeight:
+    """One weight matrix packed for the kernel (a copy: the module's own weight is left as it is)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, lib=None):
+        lib = lib or library()
+        if lib is None:
+            raise RuntimeError(f"the skinny kernel is not available: {_STATE.get('error', 'OPTIMUM_UAG_SKINNY=0')}")
+        self.lib = lib
+        weight = weight.detach().to(torch.float32).contiguous()
+        self.out_features, self.in_features = weight.shape
+        group = lib.group_width
+        groups = -(-self.out_features // group)
+        self.packed = torch.empty(groups * self.in_features * group, dtype=torch.float32)
+        lib.skinny_pack(weight.data_ptr(), self.out_features, self.in_features, self.packed.data_ptr())
+        self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
+        self.nbytes = self.packed.numel() * 4
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise RuntimeError(f"skinny linear: input width {x.shape[-1]} against a weight of width "
+                               f"{self.in_features}")
+        x = x.contiguous()
+        rows = x.numel() // self.in_features
+        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
+        self.lib.skinny_linear(x.data_ptr(), rows, self.in_features, self.packed.data_ptr(), self.out_features,
+                               None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
+                               torch.get_num_threads())
+        return y

@@ -1,0 +1,126 @@
+"""The skinny linear kernel (runners/skinny.py, kernels/skinny.c): F.linear's values on every shape, a row's result
+independent of the block it came in, verify blocks routed to it inside optimum-uag's forwards with the tokens of the
+model's own generate(), and a machine without a compiler keeping its kernels with one warning."""
+import warnings
+
+import pytest
+import torch
+
+from optimum_uag import assisted_generate
+from optimum_uag.runners import packed as packing
+from optimum_uag.runners import skinny
+
+from helpers import tiny_llama
+
+pytestmark = pytest.mark.skipif(skinny.instruction_set() is None, reason="the kernel needs AVX-512F or AVX2 + FMA")
+
+ISAS = [isa for isa in ("avx512", "avx2") if skinny.instruction_set() == "avx512" or isa == "avx2"]
+SHAPES = [(576, 576, False), (100, 37, True), (49, 130, True), (1000, 64, False), (7, 3, True)]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_kernel_equals_f_linear_and_a_row_does_not_depend_on_its_block(isa):
+    lib = skinny.load(isa)
+    gen = torch.Generator().manual_seed(0)
+    for out_features, in_features, has_bias in SHAPES:
+        weight = torch.randn(out_features, in_features, generator=gen)
+        bias = torch.randn(out_features, generator=gen) if has_bias else None
+        kernel = skinny.SkinnyWeight(weight, bias, lib=lib)
+        for rows in (1, 2, 3, 4, 5, 8, 9, 13, 17, 33):
+            x = torch.randn(2, rows, in_features, generator=gen)
+            got = kernel(x)
+            assert got.shape == (2, rows, out_features)
+            torch.testing.assert_close(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
+            alone = torch.stack([torch.cat([kernel(x[b, r:r + 1]) for r in range(rows)]) for b in range(2)])
+            assert torch.equal(alone, got), (out_features, in_features, rows)  # bit for bit, whatever the block
+        with pytest.raises(RuntimeError, match="input width"):
+            kernel(torch.randn(1, 4, in_features + 1))
+
+
+def test_a_changed_weight_is_repacked_for_the_kernel_too():
+    model = tiny_llama(600, 2, layers=2, hidden=512)
+    pack = packing.PackedWeights(model, use_skinny=True)
+    layer = model.model.layers[0].mlp.down_proj
+    assert layer in pack.skinny
+    x = torch.randn(1, 6, layer.in_features)  # a block: the skinny kernel's rows
+    with torch.no_grad(), pack:
+        before = layer(x)
+    with torch.no_grad():
+        layer.weight.mul_(2.0)
+        with pack:
+            after = layer(x)
+    torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
+
+
+def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monkeypatch):
+    target, draft = tiny_llama(600, 0, layers=2, hidden=512), tiny_llama(600, 1, layers=2, hidden=512)
+    pack = packing.packed_weights(target, enabled=True)
+    assert pack is not None and pack.skinny  # every eligible linear, whatever this CPU measures
+    rows_seen = {"skinny": [], "other": []}
+    real_call = skinny.SkinnyWeight.__call__
+
+    def spy(self, x):
+        rows_seen["skinny"].append(x.numel() // x.shape[-1])
+        return real_call(self, x)
+
+    monkeypatch.setattr(skinny.SkinnyWeight, "__call__", spy)
+    real_route = packing._route
+
+    def route(small, block, x):
+        rows = x.numel() // x.shape[-1]
+        if not skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS:
+            rows_seen["other"].append(rows)
+        return real_route(small, block, x)
+
+    monkeypatch.setattr(packing, "_route", route)
+    pack.versions = [None] * len(pack.modules)  # repack through the spies
+    ids = torch.randint(5, 600, (2, 12))
+    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                          pad_token_id=0, eos_token_id=None)
+    out = assisted_generate(target, draft, ids, torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                            num_assistant_tokens=4, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
+    assert rows_seen["skinny"] and all(skinny.MIN_ROWS <= r <= skinny.MAX_ROWS for r in rows_seen["skinny"])
+    assert any(r < skinny.MIN_ROWS for r in rows_seen["other"])  # one-token steps keep the default kernel
+    assert all("forward" not in m.__dict__ for m in target.modules())
+
+
+def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch):
+    monkeypatch.setenv("OPTIMUM_UAG_SKINNY", "0")
+    assert not skinny.available()
+    assert not packing.PackedWeights(tiny_llama(600, 3, hidden=512), use_skinny=True).skinny
+    monkeypatch.delenv("OPTIMUM_UAG_SKINNY")
+    monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)
+    monkeypatch.setattr(packing, "skinny_pays", lambda out_features, in_features, packed: out_features == 1024)
+    pack = packing.packed_weights(tiny_llama(600, 4, hidden=512))  # the measured policy: the MLP's 1024-row linears
+    assert pack is not None and {m.weight.shape[0] for m in pack.skinny} == {1024} and not pack.onednn
+    assert tiny_llama(300, 5) not in () and packing.packed_weights(tiny_llama(300, 5)) is None  # below the minimum
+
+
+def test_without_a_compiler_the_linears_keep_their_kernels_with_one_warning(monkeypatch, tmp_path):
+    monkeypatch.setattr(skinny, "_STATE", {})
+    monkeypatch.setenv("OPTIMUM_UAG_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.warns(UserWarning, match="skinny linear kernel is not available here.*no C compiler"):
+        assert skinny.library() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert not skinny.available()
+        target = tiny_llama(600, 6, hidden=512)
+        pack = packing.PackedWeights(target, use_skinny=True)
+        assert not pack.skinny
+        ids = torch.randint(5, 600, (1, 10))
+        ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=12,
+                              pad_token_id=0, eos_token_id=None)
+        out = assisted_generate(target, None, ids, max_new_tokens=12, do_sample=False, prompt_lookup_num_tokens=4,
+                                eos_token_id=None, pad_token_id=0)
+        assert torch.equal(out.sequences, ref)
+
+
+def test_a_kernel_build_is_cached_per_source_and_flags(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPTIMUM_UAG_KERNEL_CACHE", str(tmp_path))
+    first = skinny._build("avx2")
+    assert first.parent == tmp_path and first.exists()
+    stamp = first.stat().st_mtime_ns
+    assert skinny._build("avx2") == first and first.stat().st_mtime_ns == stamp  # not built again
+    assert list(tmp_path.iterdir()) == [first]  # no temporary left behind
