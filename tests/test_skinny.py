@@ -54,35 +54,37 @@ def test_a_changed_weight_is_repacked_for_the_kernel_too():
 
 def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monkeypatch):
     target, draft = tiny_llama(600, 0, layers=2, hidden=512), tiny_llama(600, 1, layers=2, hidden=512)
-    pack = packing.packed_weights(target, enabled=True)
-    assert pack is not None and pack.skinny  # every eligible linear, whatever this CPU measures
-    rows_seen = {"skinny": [], "other": []}
-    real_call = skinny.SkinnyWeight.__call__
+    monkeypatch.setattr(packing, "skinny_pays", lambda *shape: True)  # whatever this CPU measures
+    pack = packing.packed_weights(target)  # the pack assisted_generate() uses
+    assert pack is not None and pack.skinny
+    installed = []  # (rows of the forward, linears on the skinny kernel)
+    real_install = pack._install
 
-    def spy(self, x):
-        rows_seen["skinny"].append(x.numel() // x.shape[-1])
-        return real_call(self, x)
+    def install(rows):
+        real_install(rows)
+        installed.append((rows, sum(isinstance(m.__dict__.get("forward"), skinny.SkinnyWeight)
+                                    for m in pack.modules)))
 
-    monkeypatch.setattr(skinny.SkinnyWeight, "__call__", spy)
-    real_route = packing._route
-
-    def route(small, block, x):
-        rows = x.numel() // x.shape[-1]
-        if not skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS:
-            rows_seen["other"].append(rows)
-        return real_route(small, block, x)
-
-    monkeypatch.setattr(packing, "_route", route)
-    pack.versions = [None] * len(pack.modules)  # repack through the spies
+    monkeypatch.setattr(pack, "_install", install)
     ids = torch.randint(5, 600, (2, 12))
     ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
                           pad_token_id=0, eos_token_id=None)
     out = assisted_generate(target, draft, ids, torch.ones_like(ids), max_new_tokens=24, do_sample=False,
                             num_assistant_tokens=4, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
     assert torch.equal(out.sequences, ref)
-    assert rows_seen["skinny"] and all(skinny.MIN_ROWS <= r <= skinny.MAX_ROWS for r in rows_seen["skinny"])
-    assert any(r < skinny.MIN_ROWS for r in rows_seen["other"])  # one-token steps keep the default kernel
+    blocks = [n for rows, n in installed if rows is not None and skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS]
+    assert blocks and all(n == len(pack.skinny) for n in blocks)  # verify blocks: every chosen linear
+    assert all(n == 0 for rows, n in installed if rows is not None and rows < skinny.MIN_ROWS)
     assert all("forward" not in m.__dict__ for m in target.modules())
+
+    # transformers' generate() under the pack (the target-only path): each forward chooses by its input's rows
+    installed.clear()
+    with pack:
+        again = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,
+                                pad_token_id=0, eos_token_id=None)
+    assert torch.equal(again, ref[:, :18])
+    assert (24, len(pack.skinny)) in installed and (2, 0) in installed  # the prefill (2 x 12), a step (2 x 1)
+    assert all("forward" not in m.__dict__ for m in target.modules()) and not target._forward_pre_hooks
 
 
 def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch):

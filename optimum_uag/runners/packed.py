@@ -32,6 +32,7 @@ import functools
 import os
 import statistics
 import time
+import weakref
 
 import torch
 
@@ -137,7 +138,7 @@ def skinny_pays(out_features: int, in_features: int, packed: bool) -> bool:
         else:
             other = lambda v: [torch.nn.functional.linear(v, w) for w in weights]  # noqa: E731
         kernels = {"other": other, "skinny": lambda v: [s(v) for s in skinnies]}
-        passes = max(3, min(9, int(1e8 // (copies * out_features * in_features))))
+        passes = max(5, min(9, int(1e8 // (copies * out_features * in_features))))
         total = {name: 0.0 for name in kernels}
         for rows in (skinny.MIN_ROWS, 8):
             x = torch.randn(1, rows, in_features, generator=gen)
@@ -203,6 +204,8 @@ class PackedWeights:
         self.direct: list = [None] * len(self.modules)  # and inside a runner's forward of a block (no routing)
         self.versions: list = [None] * len(self.modules)
         self.depth = 0
+        self._model = weakref.ref(model)
+        self._hook = None
 
     def _refresh(self) -> None:
         with torch.no_grad():
@@ -224,25 +227,45 @@ class PackedWeights:
     def enter(self, rows: int | None = None) -> "PackedWeights":
         """Route the linears through the packed weights until `exit()`. `rows`: a runner's forward (no autograd) of
         that many rows (batch x tokens): a block of skinny.MIN_ROWS..MAX_ROWS rows runs every skinny-chosen linear on
-        the skinny kernel, another forward none (a per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2
-        forward); None (a generate() call, any caller): each call routed by its own rows."""
+        the skinny kernel, another forward none. None (transformers' generate(), any caller): each forward of the
+        model chooses by its input's rows (a pre-hook), and a forward under autograd routes each call by its own
+        rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2 forward: only where needed.)"""
         if self.depth == 0:
             self._refresh()
-            if rows is None:
-                fns = self.blocks
-            else:
-                fns = self.direct if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else self.small
-            for m, fn in zip(self.modules, fns):
-                # an instance attribute for this call only, removed on exit (set in __dict__ directly: nn.Module's
-                # __setattr__ costs ~5 us a module, 1 ms a SmolLM2 forward)
-                if fn is not None:
-                    m.__dict__["forward"] = fn
+            self._install(rows)
+            model = self._model()
+            if rows is None and self.skinny and model is not None:
+                self._hook = model.register_forward_pre_hook(self._pre_hook, with_kwargs=True)
         self.depth += 1
         return self
+
+    def _install(self, rows: int | None) -> None:
+        if rows is None or torch.is_grad_enabled():
+            fns = self.blocks
+        else:
+            fns = self.direct if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else self.small
+        for m, fn in zip(self.modules, fns):
+            # an instance attribute for this call only, removed on exit (set in __dict__ directly: nn.Module's
+            # __setattr__ costs ~5 us a module, 1 ms a SmolLM2 forward)
+            if fn is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.__dict__["forward"] = fn
+
+    def _pre_hook(self, module, args, kwargs):
+        x = kwargs.get("input_ids")
+        if x is None:
+            x = kwargs.get("inputs_embeds")
+        if x is None and args and isinstance(args[0], torch.Tensor):
+            x = args[0]
+        self._install(x.shape[0] * x.shape[1] if isinstance(x, torch.Tensor) and x.dim() >= 2 else None)
 
     def exit(self) -> None:
         self.depth -= 1
         if self.depth == 0:
+            if self._hook is not None:
+                self._hook.remove()
+                self._hook = None
             for m in self.modules:
                 m.__dict__.pop("forward", None)
 
