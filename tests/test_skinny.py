@@ -10,16 +10,23 @@ from optimum_uag import assisted_generate
 from optimum_uag.runners import packed as packing
 from optimum_uag.runners import skinny
 
-from helpers import tiny_llama
+from helpers import skip_or_fail_in_ci, tiny_llama
 
 pytestmark = pytest.mark.skipif(skinny.instruction_set() is None, reason="the kernel needs AVX-512F or AVX2 + FMA")
+
+
+@pytest.fixture
+def built():
+    """The kernel built here (a machine without a C compiler skips, except in CI, where it fails)."""
+    if not skinny.available():
+        skip_or_fail_in_ci(f"the skinny kernel could not be built: {skinny._STATE.get('error')}")
 
 ISAS = [isa for isa in ("avx512", "avx2") if skinny.instruction_set() == "avx512" or isa == "avx2"]
 SHAPES = [(576, 576, False), (100, 37, True), (49, 130, True), (1000, 64, False), (7, 3, True)]
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_the_kernel_equals_f_linear_and_a_row_does_not_depend_on_its_block(isa):
+def test_the_kernel_equals_f_linear_and_a_row_does_not_depend_on_its_block(isa, built):
     lib = skinny.load(isa)
     gen = torch.Generator().manual_seed(0)
     for out_features, in_features, has_bias in SHAPES:
@@ -33,15 +40,46 @@ def test_the_kernel_equals_f_linear_and_a_row_does_not_depend_on_its_block(isa):
             torch.testing.assert_close(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-5, atol=1e-4)
             alone = torch.stack([torch.cat([kernel(x[b, r:r + 1]) for r in range(rows)]) for b in range(2)])
             assert torch.equal(alone, got), (out_features, in_features, rows)  # bit for bit, whatever the block
-        with pytest.raises(RuntimeError, match="input width"):
+        with pytest.raises(RuntimeError, match="takes float32 CPU inputs of width"):
             kernel(torch.randn(1, 4, in_features + 1))
+        # the kernel writes exactly rows x out_features floats: a guard region after the output stays untouched
+        rows = 9
+        x = torch.randn(rows, in_features, generator=gen)
+        y = torch.full((rows * out_features + 64,), 7.0)
+        lib.skinny_linear(x.data_ptr(), rows, in_features, kernel.packed.data_ptr(), out_features,
+                          None if bias is None else kernel.bias.data_ptr(), y.data_ptr(), 2)
+        assert torch.equal(y[-64:], torch.full((64,), 7.0))
+        torch.testing.assert_close(y[:-64].view(rows, out_features), torch.nn.functional.linear(x, weight, bias),
+                                   rtol=1e-5, atol=1e-4)
 
 
-def test_a_changed_weight_is_repacked_for_the_kernel_too():
+def test_inputs_the_kernel_does_not_take_go_to_the_linears_own_kernel(built):
+    weight = torch.nn.Parameter(torch.randn(96, 64))
+    fallback_calls = []
+
+    def fallback(x):
+        fallback_calls.append(x.dtype)
+        return torch.nn.functional.linear(x, weight.to(x.dtype))
+
+    kernel = skinny.SkinnyWeight(weight, fallback=fallback)
+    with torch.no_grad():
+        kernel(torch.randn(6, 64))  # float32, no autograd: the kernel
+        assert kernel(torch.randn(6, 64, dtype=torch.bfloat16)).dtype == torch.bfloat16
+    assert fallback_calls == [torch.bfloat16]
+    out = kernel(torch.randn(6, 64))  # autograd on, the weight requires grad: its gradient must reach it
+    out.sum().backward()
+    assert weight.grad is not None and fallback_calls[-1] == torch.float32
+
+
+def test_a_changed_weight_is_repacked_for_the_kernel_too(monkeypatch, built):
     model = tiny_llama(600, 2, layers=2, hidden=512)
-    pack = packing.PackedWeights(model, use_skinny=True)
+    monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)  # the skinny kernel alone
+    pack = packing.PackedWeights(model, measured=True, use_skinny=True)
     layer = model.model.layers[0].mlp.down_proj
-    assert layer in pack.skinny
+    assert layer in pack.skinny and not pack.onednn
+    calls = []
+    real_call = skinny.SkinnyWeight.__call__
+    monkeypatch.setattr(skinny.SkinnyWeight, "__call__", lambda self, x: calls.append(1) or real_call(self, x))
     x = torch.randn(1, 6, layer.in_features)  # a block: the skinny kernel's rows
     with torch.no_grad(), pack:
         before = layer(x)
@@ -49,10 +87,11 @@ def test_a_changed_weight_is_repacked_for_the_kernel_too():
         layer.weight.mul_(2.0)
         with pack:
             after = layer(x)
+    assert len(calls) == 2
     torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
 
 
-def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monkeypatch):
+def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monkeypatch, built):
     target, draft = tiny_llama(600, 0, layers=2, hidden=512), tiny_llama(600, 1, layers=2, hidden=512)
     monkeypatch.setattr(packing, "skinny_pays", lambda *shape: True)  # whatever this CPU measures
     pack = packing.packed_weights(target)  # the pack assisted_generate() uses
@@ -87,7 +126,7 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monk
     assert all("forward" not in m.__dict__ for m in target.modules()) and not target._forward_pre_hooks
 
 
-def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch):
+def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch, built):
     monkeypatch.setenv("OPTIMUM_UAG_SKINNY", "0")
     assert not skinny.available()
     assert not packing.PackedWeights(tiny_llama(600, 3, hidden=512), use_skinny=True).skinny
@@ -96,7 +135,7 @@ def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch):
     monkeypatch.setattr(packing, "skinny_pays", lambda out_features, in_features, packed: out_features == 1024)
     pack = packing.packed_weights(tiny_llama(600, 4, hidden=512))  # the measured policy: the MLP's 1024-row linears
     assert pack is not None and {m.weight.shape[0] for m in pack.skinny} == {1024} and not pack.onednn
-    assert tiny_llama(300, 5) not in () and packing.packed_weights(tiny_llama(300, 5)) is None  # below the minimum
+    assert packing.packed_weights(tiny_llama(300, 5)) is None  # every linear below SKINNY_MIN_WEIGHTS
 
 
 def test_without_a_compiler_the_linears_keep_their_kernels_with_one_warning(monkeypatch, tmp_path):
@@ -119,10 +158,17 @@ def test_without_a_compiler_the_linears_keep_their_kernels_with_one_warning(monk
         assert torch.equal(out.sequences, ref)
 
 
-def test_a_kernel_build_is_cached_per_source_and_flags(monkeypatch, tmp_path):
+def test_a_kernel_build_is_cached_per_source_and_flags(monkeypatch, tmp_path, built):
     monkeypatch.setenv("OPTIMUM_UAG_KERNEL_CACHE", str(tmp_path))
     first = skinny._build("avx2")
     assert first.parent == tmp_path and first.exists()
     stamp = first.stat().st_mtime_ns
     assert skinny._build("avx2") == first and first.stat().st_mtime_ns == stamp  # not built again
-    assert list(tmp_path.iterdir()) == [first]  # no temporary left behind
+    serial = skinny._build("avx2", threaded=False)  # other flags: another file
+    source = tmp_path / "skinny.c"
+    source.write_text(skinny.SOURCE.read_text() + "\n/* changed */\n")
+    monkeypatch.setattr(skinny, "SOURCE", source)
+    changed = skinny._build("avx2")  # another source: another file
+    assert len({first, serial, changed}) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, serial.name, changed.name, "skinny.c"])
+    assert skinny.load("avx2", threaded=False).threaded is False

@@ -160,13 +160,11 @@ def _plain(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _route(small, block, x: torch.Tensor) -> torch.Tensor:
-    """One linear call: a block of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel, anything else on `small`."""
+    """One linear call: a block of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel (which hands an input it does
+    not take, another dtype or autograd, back to `small`), anything else on `small`."""
     width = x.shape[-1]
     rows = x.numel() // width if width else 0
-    if (skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS and x.dtype == torch.float32 and x.device.type == "cpu"
-            and not (x.requires_grad and torch.is_grad_enabled())):
-        return block(x)
-    return small(x)
+    return block(x) if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else small(x)
 
 
 def _several_processes() -> bool:
@@ -219,8 +217,9 @@ class PackedWeights:
                                                   bias)
                     block = direct = small
                     if m in self.skinny:
-                        direct = skinny.SkinnyWeight(m.weight, bias)
-                        block = functools.partial(_route, small or functools.partial(_plain, m), direct)
+                        fallback = small or functools.partial(_plain, m)
+                        direct = skinny.SkinnyWeight(m.weight, bias, fallback=fallback)
+                        block = functools.partial(_route, fallback, direct)
                     self.small[i], self.blocks[i], self.direct[i] = small, block, direct
                     self.versions[i] = version
 

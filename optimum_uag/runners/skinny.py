@@ -63,12 +63,31 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OPTIMUM_UAG_KERNEL_CACHE") or Path.home() / ".cache" / "optimum_uag" / "kernels")
 
 
-def _build(isa: str) -> Path:
+def _openmp_runtimes() -> list[str]:
+    """The OpenMP runtimes this process has loaded (/proc/self/maps): torch's own, normally."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = {line.split()[-1] for line in f if "/" in line}
+    except OSError:
+        return []
+    names = ("libgomp", "libiomp", "libomp")
+    return sorted(p for p in paths if os.path.basename(p).startswith(names))
+
+
+def _threaded() -> bool:
+    """Whether the kernel may use OpenMP: a gcc build links `libgomp.so.1`, which resolves to the runtime torch has
+    already loaded under that name (one thread pool). Where torch brought another runtime (a renamed libgomp in some
+    wheels, Intel's or LLVM's), a second pool would spin against torch's on the same cores: the kernel is then built
+    single-threaded (and `runners/packed.py` measures whether it still pays)."""
+    return all(os.path.basename(p) == "libgomp.so.1" for p in _openmp_runtimes())
+
+
+def _build(isa: str, threaded: bool = True) -> Path:
     source = SOURCE.read_bytes()
     compiler = os.environ.get("CC") or "cc"
-    flags = ["-O3", "-fPIC", "-shared", "-fopenmp", *FLAGS[isa]]
+    flags = ["-O3", "-fPIC", "-shared", *(["-fopenmp"] if threaded else []), *FLAGS[isa]]
     digest = hashlib.sha256(source + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
-    out = cache_dir() / f"skinny-{isa}-{digest}.so"
+    out = cache_dir() / f"skinny-{isa}{'' if threaded else '-serial'}-{digest}.so"
     if out.exists():
         return out
     if shutil.which(compiler) is None:
@@ -84,9 +103,9 @@ def _build(isa: str) -> Path:
     return out
 
 
-def load(isa: str):
-    """Build (once per machine and source) and load the kernel for `isa` ('avx512' or 'avx2')."""
-    lib = ctypes.CDLL(str(_build(isa)))
+def load(isa: str, threaded: bool = True):
+    """Build (once per machine, source and flags) and load the kernel for `isa` ('avx512' or 'avx2')."""
+    lib = ctypes.CDLL(str(_build(isa, threaded)))
     c_i64, c_ptr = ctypes.c_int64, ctypes.c_void_p
     lib.skinny_linear.argtypes = [c_ptr, c_i64, c_i64, c_ptr, c_i64, c_ptr, c_ptr, ctypes.c_int]
     lib.skinny_linear.restype = None
@@ -94,22 +113,35 @@ def load(isa: str):
     lib.skinny_pack.restype = None
     lib.skinny_group_width.restype = ctypes.c_int
     lib.group_width = int(lib.skinny_group_width())
+    lib.threaded = threaded
     return lib
 
 
 def library():
-    """The loaded kernel library, or None (the reason warned once; OPTIMUM_UAG_SKINNY=0: None, silently)."""
+    """The loaded kernel library, or None (the reason warned once; OPTIMUM_UAG_SKINNY=0: None, silently). A compiler
+    that refuses AVX-512 gets the AVX2 build, one without OpenMP the single-threaded one."""
     if os.environ.get("OPTIMUM_UAG_SKINNY", "1") == "0":
         return None
     with _LOCK:
         if "lib" not in _STATE and "error" not in _STATE:
             isa = instruction_set()
-            try:
-                if isa is None:
-                    raise RuntimeError("this CPU has neither AVX-512F nor AVX2 + FMA")
-                _STATE["lib"] = load(isa)
-            except Exception as err:  # (no compiler, a failed build, an unloadable file): the linears keep MKL's
-                _STATE["error"] = f"{type(err).__name__}: {err}"
+            errors = []
+            if isa is None:
+                errors.append("this CPU has neither AVX-512F nor AVX2 + FMA")
+            else:
+                threaded = _threaded()
+                variants = [(isa, threaded)] + ([("avx2", threaded)] if isa == "avx512" else [])
+                variants += [(i, False) for i, t in variants if t]
+                for variant in variants:
+                    try:
+                        _STATE["lib"] = load(*variant)
+                        break
+                    except Exception as err:  # (no compiler, a failed build, an unloadable file)
+                        errors.append(f"{type(err).__name__}: {err}")
+                        if "no C compiler" in str(err):
+                            break
+            if "lib" not in _STATE:
+                _STATE["error"] = errors[0]
                 warnings.warn("optimum-uag: the skinny linear kernel is not available here "
                               f"({_STATE['error']}); verify blocks run on the default linear kernel "
                               "(OPTIMUM_UAG_SKINNY=0 silences this)", stacklevel=3)
@@ -131,30 +163,35 @@ def eligible(module: torch.nn.Module) -> bool:
 
 
 class SkinnyWeight:
-    """One weight matrix packed for the kernel (a copy: the module's own weight is left as it is)."""
+    """One weight matrix packed for the kernel (a copy: the module's own weight is left as it is). An input the
+    kernel does not take (not float32 on the CPU, or under autograd with the input or the weight requiring grad) goes
+    to `fallback` (the linear's own kernel), or raises where there is none."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, lib=None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, lib=None, fallback=None):
         lib = lib or library()
         if lib is None:
             raise RuntimeError(f"the skinny kernel is not available: {_STATE.get('error', 'OPTIMUM_UAG_SKINNY=0')}")
-        self.lib = lib
-        weight = weight.detach().to(torch.float32).contiguous()
-        self.out_features, self.in_features = weight.shape
+        self.lib, self.fallback, self.source = lib, fallback, weight
+        packed_from = weight.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        self.out_features, self.in_features = packed_from.shape
         group = lib.group_width
         groups = -(-self.out_features // group)
         self.packed = torch.empty(groups * self.in_features * group, dtype=torch.float32)
-        lib.skinny_pack(weight.data_ptr(), self.out_features, self.in_features, self.packed.data_ptr())
-        self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
+        lib.skinny_pack(packed_from.data_ptr(), self.out_features, self.in_features, self.packed.data_ptr())
+        self.bias = None if bias is None else bias.detach().to(device="cpu", dtype=torch.float32).contiguous()
         self.nbytes = self.packed.numel() * 4
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.in_features:
-            raise RuntimeError(f"skinny linear: input width {x.shape[-1]} against a weight of width "
-                               f"{self.in_features}")
+        if (x.dtype is not torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features
+                or (torch.is_grad_enabled() and (x.requires_grad or self.source.requires_grad))):
+            if self.fallback is not None:
+                return self.fallback(x)
+            raise RuntimeError(f"skinny linear: takes float32 CPU inputs of width {self.in_features} without "
+                               f"autograd, got {x.dtype} on {x.device.type} of width {x.shape[-1]}")
         x = x.contiguous()
         rows = x.numel() // self.in_features
         y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         self.lib.skinny_linear(x.data_ptr(), rows, self.in_features, self.packed.data_ptr(), self.out_features,
                                None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
-                               torch.get_num_threads())
+                               torch.get_num_threads() if self.lib.threaded else 1)
         return y

@@ -73,7 +73,10 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = VZERO();                                   \
     for (int64_t k = 0; k < K; ++k) {                                                                              \
       const float *q = p + k * G;                                                                                  \
-      _Pragma("GCC unroll 4") for (int l = 0; l < G * 4; l += 64) _mm_prefetch((const char *)(q + PF * G) + l,     \
+      /* a hint PF steps ahead (into the next group at the end of this one; past the last, a prefetch never     \
+         faults: the address is formed as an integer, not by pointer arithmetic past the buffer) */              \
+      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * 4);                                             \
+      _Pragma("GCC unroll 4") for (int l = 0; l < G * 4; l += 64) _mm_prefetch((const char *)(ahead + l),         \
                                                                               _MM_HINT_T0);                       \
       vec w[MMAX];                                                                                                 \
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) w[m] = VLOAD(q + m * BW);                             \
@@ -124,7 +127,7 @@ void skinny_linear(const float *x, int64_t rows, int64_t K, const float *packed,
     const float *p = packed + g * K * G;
     int64_t r0 = 0;
     for (int64_t c = 0; c < chunks; ++c) {
-      const int r = (int)((rows - r0) / (chunks - c)); /* balanced: 9 rows as 5 + 4, not 8 + 1 */
+      const int r = (int)((rows - r0) / (chunks - c)); /* balanced: 9 rows as 4 + 5, not 8 + 1 */
       MICROS[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);
       r0 += r;
     }
