@@ -76,7 +76,7 @@ PACKINGS = {  # which linears a forward runs packed, and whether blocks of rows 
 
 
 @torch.no_grad()
-def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17), context: int = 250) -> dict:
+def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17, 33, 64), context: int = 250) -> dict:
     """SmolLM2's forward (the static runner, `context` tokens cached) at each width under each packing choice,
     the choices interleaved per width and repetition; ms and the cost against the auto policy's one-token forward."""
     from optimum_uag.models import smollm2

@@ -197,7 +197,8 @@ def tables() -> dict:
     if main is not None:
         out["main_job"] = main_job_table(main)
     # the same benchmark on an Intel Xeon
-    for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost"):
+    for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost",
+                 "feature_head_intel_skinny"):
         intel = _load(RESULTS / f"{name}.json")
         if intel is not None:
             out[name] = feature_head_table(intel)
@@ -215,10 +216,11 @@ def tables() -> dict:
                for i, run in enumerate(curve["runs"])]) + (
             f"\n\nOne forward of W tokens against one of 1 token, {curve['runs'][0]['context']} tokens cached, the "
             f"widths interleaved ({curve['cpu']}, {curve['date']}): `{curve['command']}`.")
-    sweep = _load(RESULTS / "tree_sweep_intel.json")  # benchmarks/bench_tree_sweep.py on an Intel Xeon
-    if sweep is not None:
-        out["tree_sweep_intel"] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(
-            sweep["held_out_chat"], command=sweep["command"], cpu=sweep["cpu"], date=sweep["date"])}})
+    for name in ("tree_sweep_intel", "tree_sweep_intel_skinny"):  # benchmarks/bench_tree_sweep.py on an Intel Xeon
+        sweep = _load(RESULTS / f"{name}.json")
+        if sweep is not None:
+            out[name] = ab_table({"groups": {"held-out chat@1, fixed trees": dict(
+                sweep["held_out_chat"], command=sweep["command"], cpu=sweep["cpu"], date=sweep["date"])}})
     prof = _load(RESULTS / "round_profile_intel.json")  # benchmarks/bench_round_profile.py
     if prof is not None:
         out["round_profile_intel"] = "\n".join(

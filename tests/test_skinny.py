@@ -105,6 +105,9 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monk
                                     for m in pack.modules)))
 
     monkeypatch.setattr(pack, "_install", install)
+    lib, kernel_rows = skinny.library(), []
+    real_linear = lib.skinny_linear
+    monkeypatch.setattr(lib, "skinny_linear", lambda *a: kernel_rows.append(a[1]) or real_linear(*a))
     ids = torch.randint(5, 600, (2, 12))
     ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
                           pad_token_id=0, eos_token_id=None)
@@ -113,6 +116,7 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monk
     assert torch.equal(out.sequences, ref)
     blocks = [n for rows, n in installed if rows is not None and skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS]
     assert blocks and all(n == len(pack.skinny) for n in blocks)  # verify blocks: every chosen linear
+    assert kernel_rows and max(kernel_rows) >= skinny.MIN_ROWS  # and the kernel itself ran (not the fallback)
     assert all(n == 0 for rows, n in installed if rows is not None and rows < skinny.MIN_ROWS)
     assert all("forward" not in m.__dict__ for m in target.modules())
 
