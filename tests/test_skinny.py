@@ -176,3 +176,36 @@ def test_a_kernel_build_is_cached_per_source_and_flags(monkeypatch, tmp_path, bu
     assert len({first, serial, changed}) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, serial.name, changed.name, "skinny.c"])
     assert skinny.load("avx2", threaded=False).threaded is False
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "opt", "gpt_neox", "gpt_bigcode", "persimmon", "phi", "starcoder2",
+                                        "mistral"])
+def test_other_architectures_with_every_linear_on_the_kernel_keep_their_tokens(model_type, monkeypatch, built):
+    """Biases (Qwen2's q/k/v, OPT's, GPT-BigCode's fused multi-query qkv, Persimmon's, Phi's), other MLPs and
+    projections (nn.Linear only: Falcon's and GPT-2's own linear classes keep their kernels): tiny float32
+    models with every linear on the skinny kernel for blocks (the size floor lifted), drafting every round; the
+    greedy tokens equal the model's own generate() (its output layer scaled so that no two logits are within
+    rounding of each other)."""
+    from optimum_uag.testing.architectures import Unbuildable, tiny_model
+
+    monkeypatch.setattr(packing, "SKINNY_MIN_WEIGHTS", 0)
+    monkeypatch.setattr(packing, "skinny_pays", lambda *shape: True)
+    try:
+        target = tiny_model(model_type, 300, 0, dtype=torch.float32)
+        draft = tiny_model(model_type, 300, 1, dtype=torch.float32)
+    except Unbuildable as err:
+        pytest.skip(f"transformers cannot build a tiny {model_type}: {err}")
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(30.0)
+    pack = packing.packed_weights(target)
+    assert pack is not None and len(pack.skinny) >= 4, model_type
+    lib, kernel_calls = skinny.library(), []
+    real_linear = lib.skinny_linear
+    monkeypatch.setattr(lib, "skinny_linear", lambda *a: kernel_calls.append(a[1]) or real_linear(*a))
+    ids = torch.randint(5, 300, (1, 9), generator=torch.Generator().manual_seed(3))
+    ref = target.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                          min_new_tokens=16)
+    out = assisted_generate(target, draft, ids, max_new_tokens=16, do_sample=False, num_assistant_tokens=4,
+                            draft_policy="fixed")
+    assert torch.equal(out.sequences, ref), model_type
+    assert kernel_calls and max(kernel_calls) >= skinny.MIN_ROWS

@@ -67,6 +67,24 @@ def _linear(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor) ->
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def _alternating_seconds(kernels: dict, row_counts, in_features: int, passes: int, gen) -> dict:
+    """{name: the sum over row_counts of the median seconds of one pass of that kernel}, the kernels alternating
+    pass by pass (a drift or a busy core slows them alike); the first pass of each is a warm-up."""
+    total = {name: 0.0 for name in kernels}
+    for rows in row_counts:
+        x = torch.randn(1, rows, in_features, generator=gen)
+        times = {name: [] for name in kernels}
+        for rep in range(passes + 1):
+            for name, fn in kernels.items():
+                t0 = time.perf_counter()
+                fn(x)
+                if rep:
+                    times[name].append(time.perf_counter() - t0)
+        for name in kernels:
+            total[name] += statistics.median(times[name])
+    return total
+
+
 _PAYS: dict = {}  # (out, in, threads) -> whether the packed linear beats F.linear on this CPU
 MARGIN = 0.9  # packed only when clearly faster: a close call (or a noisy one) keeps transformers' own kernel
 STREAM_BYTES = 64 << 20  # the measurement cycles through copies of the weight, this many bytes in all
@@ -94,18 +112,7 @@ def packing_pays(out_features: int, in_features: int) -> bool:
         passes = max(3, min(9, int(1e8 // (copies * out_features * in_features))))
         kernels = {"plain": lambda v: [torch.nn.functional.linear(v, w) for w in weights],
                    "packed": lambda v: [_linear(p, None, v) for p in packed]}
-        total = {"plain": 0.0, "packed": 0.0}
-        for rows in (1, 8):
-            x = torch.randn(1, rows, in_features, generator=gen)
-            times = {name: [] for name in kernels}
-            for rep in range(passes + 1):
-                for name, fn in kernels.items():
-                    t0 = time.perf_counter()
-                    fn(x)
-                    if rep:  # the first pass of each is a warm-up
-                        times[name].append(time.perf_counter() - t0)
-            for name in kernels:
-                total[name] += statistics.median(times[name])
+        total = _alternating_seconds(kernels, (1, 8), in_features, passes, gen)
         _PAYS[key] = total["packed"] < MARGIN * total["plain"]
     return _PAYS[key]
 
@@ -139,18 +146,7 @@ def skinny_pays(out_features: int, in_features: int, packed: bool) -> bool:
             other = lambda v: [torch.nn.functional.linear(v, w) for w in weights]  # noqa: E731
         kernels = {"other": other, "skinny": lambda v: [s(v) for s in skinnies]}
         passes = max(5, min(9, int(1e8 // (copies * out_features * in_features))))
-        total = {name: 0.0 for name in kernels}
-        for rows in (skinny.MIN_ROWS, 8):
-            x = torch.randn(1, rows, in_features, generator=gen)
-            times = {name: [] for name in kernels}
-            for rep in range(passes + 1):
-                for name, fn in kernels.items():
-                    t0 = time.perf_counter()
-                    fn(x)
-                    if rep:
-                        times[name].append(time.perf_counter() - t0)
-            for name in kernels:
-                total[name] += statistics.median(times[name])
+        total = _alternating_seconds(kernels, (skinny.MIN_ROWS, 8), in_features, passes, gen)
         _SKINNY_PAYS[key] = total["skinny"] < MARGIN * total["other"]
     return _SKINNY_PAYS[key]
 
