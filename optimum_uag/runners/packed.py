@@ -185,7 +185,8 @@ class PackedWeights:
         in) -> bool: only those (benchmarks); use_skinny: False never, True wherever eligible, None as measured."""
         chosen = [m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
                   and m.weight.dim() == 2 and (select is None or select(*m.weight.shape))]
-        self.onednn = {m for m in chosen if supported() and _packable(m) and (not measured or packing_pays(*m.weight.shape))}
+        self.onednn = {m for m in chosen if supported() and _packable(m)
+                       and (not measured or packing_pays(*m.weight.shape))}
         self.skinny: set = set()
         if use_skinny is not False and skinny.available():
             self.skinny = {m for m in chosen if _skinny_eligible(m) and (
