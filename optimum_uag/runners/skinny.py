@@ -10,7 +10,7 @@ rows of a block against each group while it is in cache: the forward's cost stay
 about 9 tokens (docs/benchmarks.md, "The skinny kernel").
 
 It is plain C with OpenMP (no Python or torch headers), built once per machine with the system's C compiler (`cc`,
-or $CC) for AVX-512F or AVX2 + FMA, into ~/.cache/optimum_uag/kernels (or $OPTIMUM_UAG_KERNEL_CACHE), about a second,
+or $CC) for AVX-512F or AVX2 + FMA, into ~/.cache/optimum_uag/kernels (or $OPTIMUM_UAG_KERNEL_CACHE), 1-2 seconds,
 and called through ctypes. Where it cannot be built (no compiler, another instruction set) the linears keep their own
 kernels and one warning says why. OPTIMUM_UAG_SKINNY=0 turns it off. runners/packed.py decides where it runs: only
 blocks of MIN_ROWS to MAX_ROWS rows, and only for weight shapes where it measures faster on this machine.

@@ -11,7 +11,7 @@
  * of rows computed with it (a row's result does not depend on the batch or block it came in).
  *
  * Built by optimum_uag/runners/skinny.py with -O3 -fopenmp and -mavx512f (BW 16) or -mavx2 -mfma (BW 8). Plain C, no
- * Python or torch headers: it compiles in about a second and is called through ctypes. */
+ * Python or torch headers: it compiles in 1-2 seconds and is called through ctypes. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
