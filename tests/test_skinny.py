@@ -146,6 +146,11 @@ def test_without_a_compiler_the_linears_keep_their_kernels_with_one_warning(monk
     monkeypatch.setattr(skinny, "_STATE", {})
     monkeypatch.setenv("OPTIMUM_UAG_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a model with no linear the kernel could take never builds it, nor warns
+        assert packing.packed_weights(tiny_llama(300, 7)) is None
+        assert packing.packed_weights(tiny_llama(600, 8, hidden=512).to(torch.bfloat16)) is None
+    assert skinny._STATE == {}
     with pytest.warns(UserWarning, match="skinny linear kernel is not available here.*no C compiler"):
         assert skinny.library() is None
     with warnings.catch_warnings():

@@ -188,9 +188,10 @@ class PackedWeights:
         self.onednn = {m for m in chosen if supported() and _packable(m)
                        and (not measured or packing_pays(*m.weight.shape))}
         self.skinny: set = set()
-        if use_skinny is not False and skinny.available():
-            self.skinny = {m for m in chosen if _skinny_eligible(m) and (
-                use_skinny or not measured or skinny_pays(*m.weight.shape, m in self.onednn))}
+        candidates = [m for m in chosen if _skinny_eligible(m)] if use_skinny is not False else []
+        if candidates and skinny.available():  # (built, or warned about, only where a linear could use it)
+            self.skinny = {m for m in candidates if use_skinny or not measured
+                           or skinny_pays(*m.weight.shape, m in self.onednn)}
         self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny))
                           for m in self.modules)
@@ -285,8 +286,8 @@ def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> Packe
     key = "packed" if measured else "packed_all"
     if key in state:
         return state[key]
-    if not supported() and not skinny.available():
-        return None
+    if not any(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters()):
+        return None  # (a CUDA / HPU / half-precision model: nothing to pack, no kernel to build)
     pack = PackedWeights(model, measured=measured)
     memory = _memory_bytes()
     if not pack.modules or (enabled is None and memory and pack.nbytes > MEMORY_SHARE * memory):
