@@ -51,6 +51,8 @@ def kernels() -> list[dict]:
         packs = packing.packing_pays(o, i)
         row = {"shape": [o, i], "auto_policy_packs": packs,
                "auto_policy_skinny_blocks": bool(sks) and packing.skinny_pays(o, i, packs)}
+        row["auto_policy_skinny_few_rows"] = row["auto_policy_skinny_blocks"] and packing.skinny_pays(o, i, packs,
+                                                                                                       few=True)
         for rows in (1, 3, 4, 6, 9, 17):
             x = torch.randn(1, rows, i)
             cached = {"F.linear": microseconds(lambda: torch.nn.functional.linear(x, w), reps),
@@ -69,6 +71,7 @@ def kernels() -> list[dict]:
 PACKINGS = {  # which linears a forward runs packed, and whether blocks of rows run on the skinny kernel: the auto
     # policy's measured choice, and fixed choices (oneDNN's packing only)
     "auto policy": (None, None),
+    "auto policy, skinny kernel for blocks only": (None, "blocks"),
     "auto policy, no skinny kernel": (None, False),
     "LM head only": (lambda o, i: o * i >= 1 << 24, False),
     "every eligible linear": (lambda o, i: True, False),
@@ -85,13 +88,16 @@ def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17, 33, 64), cont
 
     model = AutoModelForCausalLM.from_pretrained(smollm2(), dtype=torch.float32).eval()
     kind = select_runner(model, strict=True)
-    runners, modules, skinny_modules = {}, {}, {}
+    runners, modules, skinny_modules, few_modules = {}, {}, {}, {}
     for name, (select, use_skinny) in PACKINGS.items():
-        pack = packing.PackedWeights(model, measured=select is None, select=select, use_skinny=use_skinny)
+        pack = packing.PackedWeights(model, measured=select is None, select=select,
+                                     use_skinny=None if use_skinny == "blocks" else use_skinny,
+                                     few=use_skinny != "blocks")
         runners[name] = RUNNERS[kind](model, 1, context + max(widths) + 8, torch.zeros(1, dtype=torch.long))
         runners[name].call = packing.PackedCall(model, pack)
         modules[name] = len(pack.onednn)
         skinny_modules[name] = pack.skinny
+        few_modules[name] = pack.skinny_few
     gen = torch.Generator().manual_seed(0)
     ids = lambda n: torch.randint(0, model.config.vocab_size, (1, n), generator=gen)  # noqa: E731
     for runner in runners.values():
@@ -108,6 +114,7 @@ def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17, 33, 64), cont
                     times[name, w].append(time.perf_counter() - t0)
     one = statistics.median(times["auto policy", 1])
     return {name: {"packed_modules": modules[name], "skinny_modules": len(skinny_modules[name]),
+                   "skinny_few_rows_modules": len(few_modules[name]),
                    "ms": {w: round(statistics.median(times[name, w]) * 1e3, 1) for w in widths},
                    "vs_auto_one_token": {w: round(statistics.median(times[name, w]) / one, 2) for w in widths}}
             for name in runners}

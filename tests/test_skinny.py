@@ -91,11 +91,15 @@ def test_a_changed_weight_is_repacked_for_the_kernel_too(monkeypatch, built):
     torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
 
 
-def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monkeypatch, built):
+@pytest.mark.parametrize("few", [False, True])
+def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(few, monkeypatch, built):
+    """few=True: steps and small verifies (1-3 rows) on the kernel too (`skinny_pays(..., few=True)`)."""
     target, draft = tiny_llama(600, 0, layers=2, hidden=512), tiny_llama(600, 1, layers=2, hidden=512)
-    monkeypatch.setattr(packing, "skinny_pays", lambda *shape: True)  # whatever this CPU measures
+    # whatever this CPU measures
+    monkeypatch.setattr(packing, "skinny_pays", lambda *shape, few=False, on=few: on or not few)
     pack = packing.packed_weights(target)  # the pack assisted_generate() uses
-    assert pack is not None and pack.skinny
+    assert pack is not None and pack.skinny and pack.skinny_few == (pack.skinny if few else set())
+    assert not pack.onednn & pack.skinny_few  # (no oneDNN copy where the kernel serves 1-3 rows)
     installed = []  # (rows of the forward, linears on the skinny kernel)
     real_install = pack._install
 
@@ -117,16 +121,20 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(monk
     blocks = [n for rows, n in installed if rows is not None and skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS]
     assert blocks and all(n == len(pack.skinny) for n in blocks)  # verify blocks: every chosen linear
     assert kernel_rows and max(kernel_rows) >= skinny.MIN_ROWS  # and the kernel itself ran (not the fallback)
-    assert all(n == 0 for rows, n in installed if rows is not None and rows < skinny.MIN_ROWS)
+    assert all(n == (len(pack.skinny) if few else 0) for rows, n in installed
+               if rows is not None and rows < skinny.MIN_ROWS)
     assert all("forward" not in m.__dict__ for m in target.modules())
 
     # transformers' generate() under the pack (the target-only path): each forward chooses by its input's rows
     installed.clear()
+    kernel_rows.clear()
     with pack:
         again = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=6,
                                 pad_token_id=0, eos_token_id=None)
     assert torch.equal(again, ref[:, :18])
-    assert (24, len(pack.skinny)) in installed and (2, 0) in installed  # the prefill (2 x 12), a step (2 x 1)
+    # the prefill (2 x 12), a step (2 x 1)
+    assert (24, len(pack.skinny)) in installed and (2, len(pack.skinny) if few else 0) in installed
+    assert (kernel_rows.count(2) >= 5 * len(pack.skinny)) == few  # the 5 steps' rows on the kernel, or not
     assert all("forward" not in m.__dict__ for m in target.modules()) and not target._forward_pre_hooks
 
 
@@ -136,9 +144,11 @@ def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch, built
     assert not packing.PackedWeights(tiny_llama(600, 3, hidden=512), use_skinny=True).skinny
     monkeypatch.delenv("OPTIMUM_UAG_SKINNY")
     monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)
-    monkeypatch.setattr(packing, "skinny_pays", lambda out_features, in_features, packed: out_features == 1024)
+    monkeypatch.setattr(packing, "skinny_pays",
+                        lambda out_features, in_features, packed, few=False: out_features == 1024 and not few)
     pack = packing.packed_weights(tiny_llama(600, 4, hidden=512))  # the measured policy: the MLP's 1024-row linears
     assert pack is not None and {m.weight.shape[0] for m in pack.skinny} == {1024} and not pack.onednn
+    assert not pack.skinny_few  # (blocks only: 1-3 rows measured slower here)
     assert packing.packed_weights(tiny_llama(300, 5)) is None  # every linear below SKINNY_MIN_WEIGHTS
 
 
@@ -183,6 +193,19 @@ def test_a_kernel_build_is_cached_per_source_and_flags(monkeypatch, tmp_path, bu
     assert skinny.load("avx2", threaded=False).threaded is False
 
 
+def test_the_kernel_shares_torchs_openmp_pool_whatever_other_packages_load():
+    torch_lib = "/env/site-packages/torch/lib"
+    torchs = f"{torch_lib}/libgomp.so.1"
+    sklearns = "/env/site-packages/scikit_learn.libs/libgomp-e985bcbb.so.1.0.0"
+    assert skinny._threaded([torchs], torch_lib)
+    assert skinny._threaded([sklearns, torchs], torch_lib)  # another package's renamed runtime: not ours to share
+    assert not skinny._threaded([f"{torch_lib}/libgomp-a34b3233.so.1"], torch_lib)  # torch's own renamed one
+    assert not skinny._threaded([f"{torch_lib}/libiomp5.so"], torch_lib)
+    assert not skinny._threaded(["/usr/lib/libomp.so"], torch_lib)  # torch's runtime elsewhere: every one decides
+    assert skinny._threaded(["/usr/lib/x86_64-linux-gnu/libgomp.so.1"], torch_lib)
+    assert skinny._threaded() == skinny._threaded(skinny._openmp_runtimes())  # this process, as loaded
+
+
 @pytest.mark.parametrize("model_type", ["qwen2", "opt", "gpt_neox", "gpt_bigcode", "persimmon", "phi", "starcoder2",
                                         "mistral"])
 def test_other_architectures_with_every_linear_on_the_kernel_keep_their_tokens(model_type, monkeypatch, built):
@@ -194,7 +217,7 @@ def test_other_architectures_with_every_linear_on_the_kernel_keep_their_tokens(m
     from optimum_uag.testing.architectures import Unbuildable, tiny_model
 
     monkeypatch.setattr(packing, "SKINNY_MIN_WEIGHTS", 0)
-    monkeypatch.setattr(packing, "skinny_pays", lambda *shape: True)
+    monkeypatch.setattr(packing, "skinny_pays", lambda *shape, few=False: True)
     try:
         target = tiny_model(model_type, 300, 0, dtype=torch.float32)
         draft = tiny_model(model_type, 300, 1, dtype=torch.float32)

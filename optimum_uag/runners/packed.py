@@ -23,8 +23,11 @@ same kernels.
 Verify blocks (MIN_ROWS to MAX_ROWS rows, runners/skinny.py) run on the skinny kernel instead, for the shapes where it
 measures faster here than the kernel above (`skinny_pays`, the same alternating measurement at 4 and 8 rows): MKL
 switches from its weight-streaming kernel to a blocked GEMM at 4 rows, which made a forward of 4 tokens cost 1.34 of
-a one-token forward on an Intel Xeon (1.07 with the skinny kernel; docs/benchmarks.md). OPTIMUM_UAG_SKINNY=0 keeps
-the kernels above for every block.
+a one-token forward on an Intel Xeon (1.07 with the skinny kernel; docs/benchmarks.md). Steps and verifies of 1-3
+rows run on it too where it measures no slower there (`skinny_pays(..., few=True)`): with two weight streams a core it
+reads memory faster than MKL's sgemv on that Xeon, and a linear then streams one copy of its weights, not two (such a
+linear keeps no oneDNN copy: only a prefill runs another kernel, F.linear). OPTIMUM_UAG_SKINNY=0 keeps the kernels
+above for every block.
 """
 from __future__ import annotations
 
@@ -124,15 +127,20 @@ def _skinny_eligible(module: torch.nn.Module) -> bool:
     return skinny.eligible(module) and module.weight.numel() >= SKINNY_MIN_WEIGHTS
 
 
-_SKINNY_PAYS: dict = {}  # (out, in, threads, oneDNN-packed) -> whether the skinny kernel beats that one at 4-8 rows
+_SKINNY_PAYS: dict = {}  # (out, in, threads, oneDNN-packed, few) -> whether the skinny kernel beats that one
+FEW_MARGIN = 1.0  # 1-3 rows: the skinny kernel unless it measures slower (one copy of the weights streamed, not two)
 
 
 @torch.inference_mode()
-def skinny_pays(out_features: int, in_features: int, packed: bool) -> bool:
-    """Whether the skinny kernel is clearly faster here than the kernel a linear of this shape runs otherwise
-    (oneDNN's packed one when `packed`, else F.linear) over a block of 4 rows plus one of 8, the weights streamed from
-    memory as in a forward, the kernels alternating pass by pass (as `packing_pays`; once per process and shape)."""
-    key = (out_features, in_features, torch.get_num_threads(), packed)
+def skinny_pays(out_features: int, in_features: int, packed: bool, few: bool = False) -> bool:
+    """Whether the skinny kernel is faster here than the kernel a linear of this shape runs otherwise (oneDNN's
+    packed one when `packed`, else F.linear): over a block of 4 rows plus one of 8 by MARGIN, or with `few` over 1 row
+    plus 3 (a decode step, a small verify) by FEW_MARGIN. The weights streamed from memory as in a forward, the
+    kernels alternating pass by pass (as `packing_pays`; once per process, shape and question).
+
+    Where a linear runs the kernel for blocks but not for few rows, a forward of a step reads its weights and one of a
+    block reads the kernel's copy: two copies share the cache. So for few rows a tie goes to the kernel."""
+    key = (out_features, in_features, torch.get_num_threads(), packed, few)
     if key not in _SKINNY_PAYS:
         gen = torch.Generator().manual_seed(0)
         copies = max(1, min(64, STREAM_BYTES // (4 * out_features * in_features)))
@@ -146,8 +154,9 @@ def skinny_pays(out_features: int, in_features: int, packed: bool) -> bool:
             other = lambda v: [torch.nn.functional.linear(v, w) for w in weights]  # noqa: E731
         kernels = {"other": other, "skinny": lambda v: [s(v) for s in skinnies]}
         passes = max(5, min(9, int(1e8 // (copies * out_features * in_features))))
-        total = _alternating_seconds(kernels, (skinny.MIN_ROWS, 8), in_features, passes, gen)
-        _SKINNY_PAYS[key] = total["skinny"] < MARGIN * total["other"]
+        rows = (1, skinny.MIN_ROWS - 1) if few else (skinny.MIN_ROWS, 8)
+        total = _alternating_seconds(kernels, rows, in_features, passes, gen)
+        _SKINNY_PAYS[key] = total["skinny"] < (FEW_MARGIN if few else MARGIN) * total["other"]
     return _SKINNY_PAYS[key]
 
 
@@ -155,12 +164,14 @@ def _plain(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, module.weight, module.bias)
 
 
-def _route(small, block, x: torch.Tensor) -> torch.Tensor:
-    """One linear call: a block of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel (which hands an input it does
-    not take, another dtype or autograd, back to `small`), anything else on `small`."""
+def _route(small, block, few, x: torch.Tensor) -> torch.Tensor:
+    """One linear call: a block of skinny.MIN_ROWS..MAX_ROWS rows on `block` (the skinny kernel, which hands an
+    input it does not take, another dtype or autograd, back to `small`), fewer rows on `few`, more on `small`."""
     width = x.shape[-1]
     rows = x.numel() // width if width else 0
-    return block(x) if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else small(x)
+    if rows < skinny.MIN_ROWS:
+        return few(x)
+    return block(x) if rows <= skinny.MAX_ROWS else small(x)
 
 
 def _several_processes() -> bool:
@@ -180,24 +191,32 @@ def _version(weight: torch.Tensor) -> tuple:
 class PackedWeights:
     """The packed copies of one model's linear weights, and a context that routes its linears through them."""
 
-    def __init__(self, model: torch.nn.Module, measured: bool = False, select=None, use_skinny: bool | None = None):
-        """measured: only the shapes `packing_pays` (oneDNN) and `skinny_pays` (blocks of rows) choose; select(out,
-        in) -> bool: only those (benchmarks); use_skinny: False never, True wherever eligible, None as measured."""
+    def __init__(self, model: torch.nn.Module, measured: bool = False, select=None, use_skinny: bool | None = None,
+                 few: bool = True):
+        """measured: only the shapes `packing_pays` (oneDNN) and `skinny_pays` (blocks of rows, few rows) choose;
+        select(out, in) -> bool: only those (benchmarks); use_skinny: False never, True wherever eligible, None as
+        measured; few=False: the skinny kernel for blocks only (benchmarks)."""
         chosen = [m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
                   and m.weight.dim() == 2 and (select is None or select(*m.weight.shape))]
         self.onednn = {m for m in chosen if supported() and _packable(m)
                        and (not measured or packing_pays(*m.weight.shape))}
-        self.skinny: set = set()
+        self.skinny: set = set()  # blocks of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel
+        self.skinny_few: set = set()  # and of fewer rows (a decode step, a small verify)
         candidates = [m for m in chosen if _skinny_eligible(m)] if use_skinny is not False else []
         if candidates and skinny.available():  # (built, or warned about, only where a linear could use it)
             self.skinny = {m for m in candidates if use_skinny or not measured
                            or skinny_pays(*m.weight.shape, m in self.onednn)}
+            self.skinny_few = {m for m in self.skinny if few and (use_skinny or not measured
+                               or skinny_pays(*m.weight.shape, m in self.onednn, few=True))}
+            self.onednn -= self.skinny_few  # (left a prefill only, which F.linear's blocked GEMM serves as well)
         self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny))
                           for m in self.modules)
-        self.small: list = [None] * len(self.modules)  # per module: its forward for 1-3 rows (None: its own)
-        self.blocks: list = [None] * len(self.modules)  # and for any number of rows (blocks to the skinny kernel)
-        self.direct: list = [None] * len(self.modules)  # and inside a runner's forward of a block (no routing)
+        # per module, its forward (None: its own) for: more rows than a block and whatever the kernel does not take
+        self.small: list = [None] * len(self.modules)
+        self.few: list = [None] * len(self.modules)  # 1..MIN_ROWS-1 rows
+        self.direct: list = [None] * len(self.modules)  # a block, inside a runner's forward (no routing)
+        self.blocks: list = [None] * len(self.modules)  # any number of rows (routed per call)
         self.versions: list = [None] * len(self.modules)
         self.depth = 0
         self._model = weakref.ref(model)
@@ -213,18 +232,20 @@ class PackedWeights:
                     if m in self.onednn:
                         small = functools.partial(_linear, torch.ops.mkldnn._reorder_linear_weight(m.weight.detach()),
                                                   bias)
-                    block = direct = small
+                    block = direct = few = small
                     if m in self.skinny:
                         fallback = small or functools.partial(_plain, m)
                         direct = skinny.SkinnyWeight(m.weight, bias, fallback=fallback)
-                        block = functools.partial(_route, fallback, direct)
-                    self.small[i], self.blocks[i], self.direct[i] = small, block, direct
+                        if m in self.skinny_few:
+                            few = direct
+                        block = functools.partial(_route, fallback, direct, few or fallback)
+                    self.small[i], self.few[i], self.blocks[i], self.direct[i] = small, few, block, direct
                     self.versions[i] = version
 
     def enter(self, rows: int | None = None) -> "PackedWeights":
         """Route the linears through the packed weights until `exit()`. `rows`: a runner's forward (no autograd) of
         that many rows (batch x tokens): a block of skinny.MIN_ROWS..MAX_ROWS rows runs every skinny-chosen linear on
-        the skinny kernel, another forward none. None (transformers' generate(), any caller): each forward of the
+        the skinny kernel, fewer rows those chosen for few rows (`skinny_few`), a prefill none. None (transformers' generate(), any caller): each forward of the
         model chooses by its input's rows (a pre-hook), and a forward under autograd routes each call by its own
         rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2 forward: only where needed.)"""
         if self.depth == 0:
@@ -240,7 +261,7 @@ class PackedWeights:
         if rows is None or torch.is_grad_enabled():
             fns = self.blocks
         else:
-            fns = self.direct if skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS else self.small
+            fns = self.few if rows < skinny.MIN_ROWS else self.direct if rows <= skinny.MAX_ROWS else self.small
         for m, fn in zip(self.modules, fns):
             # an instance attribute for this call only, removed on exit (set in __dict__ directly: nn.Module's
             # __setattr__ costs ~5 us a module, 1 ms a SmolLM2 forward)

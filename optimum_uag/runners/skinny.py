@@ -5,15 +5,17 @@ rows. MKL's sgemm, behind `F.linear` on a CPU, serves 1-3 rows with a kernel tha
 rows on switches to a blocked GEMM that packs its operands on every call: on this project's Intel Xeon a SmolLM2-135M
 forward costs 39 ms at 3 tokens and 52 ms at 4 (benchmarks/results/verify_cost_intel.json), oneDNN's prepacked
 kernel is no better there (runners/packed.py), and so a tree of more than 3 tokens did not pay. This kernel keeps the
-weights packed once, in groups of output columns read as one forward stream (prefetched ahead), and multiplies all
-rows of a block against each group while it is in cache: the forward's cost stays near a one-token forward's up to
-about 9 tokens (docs/benchmarks.md, "The skinny kernel").
+weights packed once, in groups of output columns, each core reading two groups at once as two forward streams
+(prefetched ahead), and multiplies all rows of a block against them while they are in cache: the forward's cost stays
+near a one-token forward's up to about 9 tokens (docs/benchmarks.md, "The skinny kernel"). With two streams a core it
+reads memory faster than MKL's one-row sgemv on that Xeon, so steps of 1-3 rows can run on it too.
 
 It is plain C with OpenMP (no Python or torch headers), built once per machine with the system's C compiler (`cc`,
 or $CC) for AVX-512F or AVX2 + FMA, into ~/.cache/optimum_uag/kernels (or $OPTIMUM_UAG_KERNEL_CACHE), 1-2 seconds,
 and called through ctypes. Where it cannot be built (no compiler, another instruction set) the linears keep their own
-kernels and one warning says why. OPTIMUM_UAG_SKINNY=0 turns it off. runners/packed.py decides where it runs: only
-blocks of MIN_ROWS to MAX_ROWS rows, and only for weight shapes where it measures faster on this machine.
+kernels and one warning says why. OPTIMUM_UAG_SKINNY=0 turns it off. runners/packed.py decides where it runs: blocks
+of MIN_ROWS to MAX_ROWS rows for the weight shapes where it measures faster on this machine, and fewer rows for those
+where it measures no slower there.
 
 Every output is one fused multiply-add per k, k in order, whatever the number of rows computed with it: a row's
 result does not depend on the block it came in (tested). Its rounding differs from MKL's (fp32, as between any two
@@ -36,7 +38,7 @@ import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "skinny.c"
 FLAGS = {"avx512": ["-mavx512f", "-mfma"], "avx2": ["-mavx2", "-mfma"]}
-MIN_ROWS = 4  # below this MKL's streaming kernel is as fast (runners/packed.py keeps it there)
+MIN_ROWS = 4  # a block from here (MKL's blocked GEMM); fewer rows run the kernel where it measures no slower there
 MAX_ROWS = 64  # above this (a prefill) a blocked GEMM is the better kernel
 
 _LOCK = threading.Lock()
@@ -74,12 +76,17 @@ def _openmp_runtimes() -> list[str]:
     return sorted(p for p in paths if os.path.basename(p).startswith(names))
 
 
-def _threaded() -> bool:
+def _threaded(runtimes: list[str] | None = None, torch_lib: str | None = None) -> bool:
     """Whether the kernel may use OpenMP: a gcc build links `libgomp.so.1`, which resolves to the runtime torch has
     already loaded under that name (one thread pool). Where torch brought another runtime (a renamed libgomp in some
     wheels, Intel's or LLVM's), a second pool would spin against torch's on the same cores: the kernel is then built
-    single-threaded (and `runners/packed.py` measures whether it still pays)."""
-    return all(os.path.basename(p) == "libgomp.so.1" for p in _openmp_runtimes())
+    single-threaded (and `runners/packed.py` measures whether it still pays). Renamed runtimes other packages load
+    beside torch's (scikit-learn's `libgomp-<hash>.so`, pulled in by torchao) are not what `libgomp.so.1` resolves
+    to, so they do not decide it; where torch's own runtime is not under its directory, every loaded one does."""
+    runtimes = _openmp_runtimes() if runtimes is None else runtimes
+    torch_lib = torch_lib or os.path.dirname(os.path.realpath(torch.__file__))
+    own = [p for p in runtimes if os.path.realpath(p).startswith(torch_lib + os.sep)] or runtimes
+    return all(os.path.basename(p) == "libgomp.so.1" for p in own)
 
 
 def _build(isa: str, threaded: bool = True) -> Path:
@@ -180,18 +187,21 @@ class SkinnyWeight:
         lib.skinny_pack(packed_from.data_ptr(), self.out_features, self.in_features, self.packed.data_ptr())
         self.bias = None if bias is None else bias.detach().to(device="cpu", dtype=torch.float32).contiguous()
         self.nbytes = self.packed.numel() * 4
+        # (the call's own cost matters: ~200 calls a SmolLM2 forward; addresses kept, the tensors held above)
+        self._run, self._threaded = lib.skinny_linear, lib.threaded
+        self._packed_ptr = self.packed.data_ptr()
+        self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.dtype is not torch.float32 or x.device.type != "cpu" or x.shape[-1] != self.in_features
+        if (x.dtype is not torch.float32 or not x.is_cpu or x.shape[-1] != self.in_features
                 or (torch.is_grad_enabled() and (x.requires_grad or self.source.requires_grad))):
             if self.fallback is not None:
                 return self.fallback(x)
             raise RuntimeError(f"skinny linear: takes float32 CPU inputs of width {self.in_features} without "
                                f"autograd, got {x.dtype} on {x.device.type} of width {x.shape[-1]}")
-        x = x.contiguous()
-        rows = x.numel() // self.in_features
-        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        self.lib.skinny_linear(x.data_ptr(), rows, self.in_features, self.packed.data_ptr(), self.out_features,
-                               None if self.bias is None else self.bias.data_ptr(), y.data_ptr(),
-                               torch.get_num_threads() if self.lib.threaded else 1)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)  # (~1 us faster than new_empty)
+        self._run(x.data_ptr(), x.numel() // self.in_features, self.in_features, self._packed_ptr, self.out_features,
+                  self._bias_ptr, y.data_ptr(), torch.get_num_threads() if self._threaded else 1)
         return y

@@ -5,10 +5,13 @@
  * switches to a blocked GEMM at 4 rows, which packs its operands and costs a SmolLM2-135M forward +24% (39 -> 52 ms),
  * so a draft tree wider than 3 tokens did not pay there (docs/benchmarks.md, "The skinny kernel").
  *
- * Layout: W packed once into groups of G = MMAX * BW output columns, each group [K][G] contiguous (one forward stream
- * per group, prefetched PF steps ahead). A microkernel holds R rows x MMAX vectors of accumulators and runs k in
- * order with one fused multiply-add per step, so every output is the same sequence of roundings whatever the number
- * of rows computed with it (a row's result does not depend on the batch or block it came in).
+ * Layout: W packed once into groups of G = MMAX * BW output columns, each group [K][G] contiguous. A thread runs two
+ * groups at once, g and g + half (two forward streams a core, each prefetched PF steps ahead): one stream a core left
+ * DRAM bandwidth unused (SmolLM2's projections at one row: 21 GB/s with one stream, 25 with two, MKL's sgemv 23). The
+ * rows run in balanced chunks of at most R2 against the pair while it is in the core's L2. A microkernel holds R rows
+ * x MMAX vectors of accumulators a group and runs k in order with one fused multiply-add per step, so every output is
+ * the same sequence of roundings whatever the number of rows computed with it (a row's result does not depend on the
+ * batch or block it came in).
  *
  * Built by optimum_uag/runners/skinny.py with -O3 -fopenmp and -mavx512f (BW 16) or -mavx2 -mfma (BW 8). Plain C, no
  * Python or torch headers: it compiles in 1-2 seconds and is called through ctypes. */
@@ -19,7 +22,7 @@
 #if defined(__AVX512F__)
 typedef __m512 vec;
 #define BW 16
-#define RMAX 8
+#define R2 4 /* rows a chunk against two groups: 2 x 4 x 3 accumulators + weights in 32 registers */
 #define MMAX 3
 #define VZERO() _mm512_setzero_ps()
 #define VLOAD(p) _mm512_loadu_ps(p)
@@ -30,7 +33,7 @@ typedef __m512 vec;
 #elif defined(__AVX2__) && defined(__FMA__)
 typedef __m256 vec;
 #define BW 8
-#define RMAX 4
+#define R2 2 /* 2 x 2 x 3 accumulators + weights in 16 registers */
 #define MMAX 3
 #define VZERO() _mm256_setzero_ps()
 #define VLOAD(p) _mm256_loadu_ps(p)
@@ -43,7 +46,7 @@ typedef __m256 vec;
 #endif
 #define G (MMAX * BW)
 #ifndef PF
-#define PF 16 /* prefetch distance, in k steps (16 x 192 bytes ahead with AVX-512) */
+#define PF 8 /* prefetch distance, in k steps (8 x 192 bytes ahead a stream with AVX-512) */
 #endif
 
 int skinny_group_width(void) { return G; }
@@ -64,7 +67,7 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
   }
 }
 
-/* R rows (R <= RMAX) against one group of G columns starting at column c0. */
+/* R rows (R <= R2) against one group (the odd last one) of G columns starting at column c0. */
 #define MICRO(R)                                                                                                   \
   static void micro_##R(const float *x, int64_t K, const float *p, float *y, int64_t N, int64_t c0,              \
                         const float *bias) {                                                                      \
@@ -90,19 +93,60 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
   }
 MICRO(1)
 MICRO(2)
+#if R2 >= 4
 MICRO(3)
 MICRO(4)
-#if RMAX >= 8
-MICRO(5)
-MICRO(6)
-MICRO(7)
-MICRO(8)
 #endif
 
+/* R rows (R <= R2) against two groups at once (two streams), columns c0.. and c1.. */
+#define MICRO2(R)                                                                                                  \
+  static void micro2_##R(const float *x, int64_t K, const float *p, const float *p2, float *y, int64_t N,          \
+                         int64_t c0, int64_t c1, const float *bias) {                                             \
+    vec acc[R][MMAX], acc2[R][MMAX];                                                                               \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = acc2[r][m] = VZERO();                      \
+    for (int64_t k = 0; k < K; ++k) {                                                                              \
+      const float *q = p + k * G, *q2 = p2 + k * G;                                                                \
+      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * 4);                                             \
+      const uintptr_t ahead2 = (uintptr_t)q2 + (uintptr_t)(PF * G * 4);                                           \
+      _Pragma("GCC unroll 4") for (int l = 0; l < G * 4; l += 64) {                                                \
+        _mm_prefetch((const char *)(ahead + l), _MM_HINT_T0);                                                      \
+        _mm_prefetch((const char *)(ahead2 + l), _MM_HINT_T0);                                                     \
+      }                                                                                                            \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) {                                                     \
+        const vec w = VLOAD(q + m * BW), w2 = VLOAD(q2 + m * BW);                                                  \
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                                      \
+          const vec xv = VBCAST(x[r * K + k]);                                                                     \
+          acc[r][m] = VFMA(xv, w, acc[r][m]);                                                                      \
+          acc2[r][m] = VFMA(xv, w2, acc2[r][m]);                                                                   \
+        }                                                                                                          \
+      }                                                                                                            \
+    }                                                                                                              \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) {                                                     \
+        store(y + r * N, acc[r][m], bias, c0 + m * BW, N);                                                         \
+        store(y + r * N, acc2[r][m], bias, c1 + m * BW, N);                                                        \
+      }                                                                                                            \
+  }
+MICRO2(1)
+MICRO2(2)
+#if R2 >= 4
+MICRO2(3)
+MICRO2(4)
+#endif
+
+typedef void (*micro2_fn)(const float *, int64_t, const float *, const float *, float *, int64_t, int64_t, int64_t,
+                          const float *);
+static const micro2_fn MICROS2[] = {0, micro2_1, micro2_2,
+#if R2 >= 4
+                                    micro2_3, micro2_4
+#endif
+};
+
 typedef void (*micro_fn)(const float *, int64_t, const float *, float *, int64_t, int64_t, const float *);
-static const micro_fn MICROS[] = {0, micro_1, micro_2, micro_3, micro_4,
-#if RMAX >= 8
-                                  micro_5, micro_6, micro_7, micro_8
+static const micro_fn MICROS[] = {0, micro_1, micro_2,
+#if R2 >= 4
+                                  micro_3, micro_4
 #endif
 };
 
@@ -117,18 +161,23 @@ void skinny_pack(const float *w, int64_t N, int64_t K, float *packed) {
       }
 }
 
-/* x [rows, K], packed from skinny_pack, y [rows, N]; bias may be NULL; threads > 0. */
+/* x [rows, K], packed from skinny_pack, y [rows, N]; bias may be NULL; threads > 0. Group g runs beside group
+ * g + half (an odd last group alone), the rows in balanced chunks of at most R2 (9 rows as 3 + 3 + 3). */
 void skinny_linear(const float *x, int64_t rows, int64_t K, const float *packed, int64_t N, const float *bias,
                    float *y, int threads) {
   const int64_t groups = (N + G - 1) / G;
-  const int64_t chunks = (rows + RMAX - 1) / RMAX;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && groups > 1)
-  for (int64_t g = 0; g < groups; ++g) {
-    const float *p = packed + g * K * G;
+  const int64_t half = (groups + 1) / 2;
+  const int64_t chunks = (rows + R2 - 1) / R2;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && half > 1)
+  for (int64_t g = 0; g < half; ++g) {
+    const float *p = packed + g * K * G, *p2 = packed + (g + half) * K * G;
     int64_t r0 = 0;
     for (int64_t c = 0; c < chunks; ++c) {
-      const int r = (int)((rows - r0) / (chunks - c)); /* balanced: 9 rows as 4 + 5, not 8 + 1 */
-      MICROS[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);
+      const int r = (int)((rows - r0) / (chunks - c));
+      if (g + half < groups)
+        MICROS2[r](x + r0 * K, K, p, p2, y + r0 * N, N, g * G, (g + half) * G, bias);
+      else
+        MICROS[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);
       r0 += r;
     }
   }
