@@ -78,6 +78,9 @@ PACKINGS = {  # which linears a forward runs packed, and whether blocks of rows 
 }
 
 
+FLUSH_BYTES = 1 << 30
+
+
 @torch.no_grad()
 def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17, 33, 64), context: int = 250) -> dict:
     """SmolLM2's forward (the static runner, `context` tokens cached) at each width under each packing choice,
@@ -103,11 +106,16 @@ def forward_by_packing(repeats: int, widths=(1, 2, 3, 4, 6, 9, 17, 33, 64), cont
     for runner in runners.values():
         runner.forward(ids(context), torch.zeros(1, dtype=torch.long))
     start = torch.full((1,), context, dtype=torch.long)
+    # Before each timed forward a pass over 1 GiB of other memory: this CPU's L3 (480 MiB on the Intel Xeon) would
+    # otherwise keep the weights the choice before it read, and choices that share the model's own weights (F.linear)
+    # would find them warm while one reading its own packed copies found them cold.
+    flush = torch.ones(FLUSH_BYTES // 4)
     times = {(name, w): [] for name in runners for w in widths}
     for rep in range(repeats + 2):
         for w in widths:
             for name, runner in runners.items():
                 tokens = ids(w)
+                flush.sum()
                 t0 = time.perf_counter()
                 runner.forward(tokens, start, logits_to_keep=w).cpu()
                 if rep >= 2:

@@ -198,7 +198,7 @@ def tables() -> dict:
         out["main_job"] = main_job_table(main)
     # the same benchmark on an Intel Xeon
     for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost",
-                 "feature_head_intel_skinny"):
+                 "feature_head_intel_skinny", "feature_head_intel_two_streams"):
         intel = _load(RESULTS / f"{name}.json")
         if intel is not None:
             out[name] = feature_head_table(intel)
@@ -233,30 +233,8 @@ def tables() -> dict:
             f"weights, per token, interleaved per request); tau {prof['tau']:.2f} over {prof['rounds']} target calls "
             f"(the prefills included), {prof['prompts']} chat requests x {prof['repeats']} ({prof['cpu']}, "
             f"{prof['date']}): `{prof['command']}`.")
-    pack = _load(RESULTS / "packing.json")  # benchmarks/bench_packing.py: the CPU kernels, SmolLM2's forward per choice
-    if pack is not None and "auto policy, no skinny kernel" in pack.get("smollm2_forward_by_packing", {}):
-        fwd = pack["smollm2_forward_by_packing"]
-        widths = list(fwd["auto policy"]["ms"])
-        one = fwd["auto policy, no skinny kernel"]["ms"][widths[0]]
-        out["skinny_forward"] = "\n".join(
-            ["| kernels | " + " | ".join(f"W={w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
-            + [f"| {name} | " + " | ".join(f"{row['ms'][w]:.1f} ms ({row['ms'][w] / one:.2f})" for w in widths) + " |"
-               for name, row in fwd.items()]) + (
-            f"\n\nSmolLM2-135M's forward of W tokens (the static runner, 250 tokens cached), each kernel choice "
-            f"interleaved per width and repetition; in brackets against the one-token forward without the skinny "
-            f"kernel ({pack['cpu']}, {pack['date']}): `{pack['command']}`.")
-        shapes = [k for k in pack["kernels"] if "skinny" in k.get("rows_1_us_streamed", {})]
-        rows = [r for r in (1, 3, 4, 9, 17) if f"rows_{r}_us_streamed" in shapes[0]] if shapes else []
-        if shapes:
-            out["skinny_kernels"] = "\n".join(
-                ["| shape | blocks on the skinny kernel here | " + " | ".join(
-                    f"{r} row{'s' if r > 1 else ''}: F.linear / oneDNN / skinny (us)" for r in rows) + " |",
-                 "|---" * (len(rows) + 2) + "|"]
-                + [f"| {k['shape'][0]} x {k['shape'][1]} | {'yes' if k['auto_policy_skinny_blocks'] else 'no'} | "
-                   + " | ".join(" / ".join(f"{k[f'rows_{r}_us_streamed'][n]:.0f}" for n in ("F.linear", "packed", "skinny"))
-                                for r in rows) + " |" for k in shapes]) + (
-                "\n\nEach kernel streamed over copies of the weight (64 MB in all, as a forward reads its layers), "
-                f"median per call ({pack['cpu']}, {pack['threads']} threads, {pack['date']}).")
+    for name, suffix in (("packing.json", ""), ("packing_two_streams.json", "_two_streams")):
+        out.update(skinny_tables(_load(RESULTS / name), suffix))  # benchmarks/bench_packing.py
     plain = _load(RESULTS / "plain_round.json")
     if plain is not None:
         out["plain_round"] = "\n".join(
@@ -269,6 +247,38 @@ def tables() -> dict:
     if adaptive is not None:
         out["adaptive"] = adaptive_table(adaptive)
         out["adaptive_goals"] = adaptive_goals(adaptive)
+    return out
+
+
+def skinny_tables(pack: dict | None, suffix: str) -> dict:
+    """benchmarks/bench_packing.py's results: SmolLM2's forward per kernel choice, the kernels per weight shape."""
+    out: dict = {}
+    if pack is None or "auto policy, no skinny kernel" not in pack.get("smollm2_forward_by_packing", {}):
+        return out
+    fwd = pack["smollm2_forward_by_packing"]
+    widths = list(fwd["auto policy"]["ms"])
+    one = fwd["auto policy, no skinny kernel"]["ms"][widths[0]]
+    out["skinny_forward" + suffix] = "\n".join(
+        ["| kernels | " + " | ".join(f"W={w}" for w in widths) + " |", "|---" * (len(widths) + 1) + "|"]
+        + [f"| {name} | " + " | ".join(f"{row['ms'][w]:.1f} ms ({row['ms'][w] / one:.2f})" for w in widths) + " |"
+           for name, row in fwd.items()]) + (
+        f"\n\nSmolLM2-135M's forward of W tokens (the static runner, 250 tokens cached), each kernel choice "
+        f"interleaved per width and repetition; in brackets against the one-token forward without the skinny "
+        f"kernel ({pack['cpu']}, {pack['date']}): `{pack['command']}`.")
+    shapes = [k for k in pack["kernels"] if "skinny" in k.get("rows_1_us_streamed", {})]
+    rows = [r for r in (1, 3, 4, 9, 17) if f"rows_{r}_us_streamed" in shapes[0]] if shapes else []
+    few = bool(shapes) and "auto_policy_skinny_few_rows" in shapes[0]
+    if shapes:
+        out["skinny_kernels" + suffix] = "\n".join(
+            ["| shape | blocks on the skinny kernel here | " + ("1-3 rows on it here | " if few else "") + " | ".join(
+                f"{r} row{'s' if r > 1 else ''}: F.linear / oneDNN / skinny (us)" for r in rows) + " |",
+             "|---" * (len(rows) + 2 + few) + "|"]
+            + [f"| {k['shape'][0]} x {k['shape'][1]} | {'yes' if k['auto_policy_skinny_blocks'] else 'no'} | "
+               + (f"{'yes' if k['auto_policy_skinny_few_rows'] else 'no'} | " if few else "")
+               + " | ".join(" / ".join(f"{k[f'rows_{r}_us_streamed'][n]:.0f}" for n in ("F.linear", "packed", "skinny"))
+                            for r in rows) + " |" for k in shapes]) + (
+            "\n\nEach kernel streamed over copies of the weight (64 MB in all, as a forward reads its layers), "
+            f"median per call ({pack['cpu']}, {pack['threads']} threads, {pack['date']}).")
     return out
 
 
