@@ -203,7 +203,8 @@ def tables() -> dict:
         if intel is not None:
             out[name] = feature_head_table(intel)
     # A/B scripts
-    for name in ("datastore", "tree_prior", "tree_prior_decay", "tree_default_adaptive_intel", "tree_first"):
+    for name in ("datastore", "tree_prior", "tree_prior_decay", "tree_default_adaptive_intel", "tree_first",
+                 "draft_precision"):
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)

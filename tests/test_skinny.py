@@ -53,6 +53,37 @@ def test_the_kernel_equals_f_linear_and_a_row_does_not_depend_on_its_block(isa, 
                                    rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_weights_equal_f_linear_on_the_rounded_weights_and_rows_do_not_depend_on_their_block(isa, built):
+    """A draft's copy in bfloat16 (`SkinnyWeight(..., bf16=True)`): the weights rounded to nearest even, everything
+    else float32: F.linear's values on the rounded weights, half the bytes, and a row's result independent of its
+    block as in float32."""
+    lib = skinny.load(isa)
+    gen = torch.Generator().manual_seed(1)
+    for out_features, in_features, has_bias in SHAPES:
+        weight = torch.randn(out_features, in_features, generator=gen)
+        bias = torch.randn(out_features, generator=gen) if has_bias else None
+        kernel = skinny.SkinnyWeight(weight, bias, lib=lib, bf16=True)
+        full = skinny.SkinnyWeight(weight, bias, lib=lib)
+        assert kernel.nbytes * 2 == full.nbytes
+        rounded = weight.to(torch.bfloat16).float()
+        for rows in (1, 3, 4, 9, 17):
+            x = torch.randn(2, rows, in_features, generator=gen)
+            got = kernel(x)
+            assert got.dtype == torch.float32
+            torch.testing.assert_close(got, torch.nn.functional.linear(x, rounded, bias), rtol=1e-5, atol=1e-4)
+            alone = torch.stack([torch.cat([kernel(x[b, r:r + 1]) for r in range(rows)]) for b in range(2)])
+            assert torch.equal(alone, got), (out_features, in_features, rows)
+            if rows == 4:
+                assert not torch.equal(got, full(x))  # (the rounding is there: not the float32 copy)
+    # rounding to nearest even, as torch's own conversion, NaN and infinities kept
+    special = torch.tensor([[1.0, -2.5, 3.0e38, float("inf"), float("-inf"), 1.00390625, 1.01171875, 1e-40]])
+    probe = skinny.SkinnyWeight(special.T.contiguous(), lib=lib, bf16=True)  # (8 outputs of one input each)
+    torch.testing.assert_close(probe(torch.ones(1, 1)), special.to(torch.bfloat16).float(), rtol=0, atol=0)
+    nan = skinny.SkinnyWeight(torch.full((3, 1), float("nan")), lib=lib, bf16=True)
+    assert torch.isnan(nan(torch.ones(1, 1))).all()
+
+
 def test_inputs_the_kernel_does_not_take_go_to_the_linears_own_kernel(built):
     weight = torch.nn.Parameter(torch.randn(96, 64))
     fallback_calls = []
@@ -136,6 +167,45 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(few,
     assert (24, len(pack.skinny)) in installed and (2, len(pack.skinny) if few else 0) in installed
     assert (kernel_rows.count(2) >= 5 * len(pack.skinny)) == few  # the 5 steps' rows on the kernel, or not
     assert all("forward" not in m.__dict__ for m in target.modules()) and not target._forward_pre_hooks
+
+
+@pytest.mark.parametrize("bf16", ["1", "0"])
+def test_a_feature_heads_linears_run_in_bf16_and_the_tokens_stay_the_targets_own(bf16, monkeypatch, built):
+    """A draft's pack (`packed_weights(head, bf16=True)`, the default for a feature head on a CPU): every eligible
+    linear on the skinny kernel with bfloat16 weights for 1-64 rows, unmeasured; OPTIMUM_UAG_DRAFT_BF16=0: the
+    float32 policy. Either way the tokens are target-only greedy's."""
+    from optimum_uag.testing.heads import untrained_head
+
+    monkeypatch.setenv("OPTIMUM_UAG_DRAFT_BF16", bf16)
+    monkeypatch.setattr(packing, "skinny_pays", lambda *shape, few=False: False)  # (the float32 policy: MKL)
+    target = tiny_llama(600, 6, layers=2, hidden=512)
+    head = untrained_head(target, None, seed=1)
+    lib = skinny.library()
+    calls = {"bf16": 0, "fp32": 0}
+    real = {"bf16": lib.skinny_linear_bf16, "fp32": lib.skinny_linear}
+
+    def counted(name):
+        def run(*args):
+            calls[name] += 1
+            return real[name](*args)
+        return run
+
+    monkeypatch.setattr(lib, "skinny_linear_bf16", counted("bf16"))
+    monkeypatch.setattr(lib, "skinny_linear", counted("fp32"))
+    ids = torch.randint(5, 600, (2, 10))
+    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
+                          pad_token_id=0, eos_token_id=None)
+    out = assisted_generate(target, head, ids, torch.ones_like(ids), max_new_tokens=20, do_sample=False,
+                            num_assistant_tokens=3, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
+    pack = packing.packed_weights(head, bf16=packing.draft_bf16())
+    eligible = {m for m in head.modules() if packing._skinny_eligible(m)}
+    if bf16 == "1":
+        assert pack.bf16 and pack.skinny == pack.skinny_few == eligible and not pack.onednn
+        assert calls["bf16"] > 0 and calls["fp32"] == 0  # (the target's linears: measured slower, on MKL)
+    else:
+        assert pack is None or (not pack.bf16 and not pack.skinny)
+        assert calls["bf16"] == 0
 
 
 def test_off_by_environment_and_only_where_it_measures_faster(monkeypatch, built):

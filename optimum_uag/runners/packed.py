@@ -192,13 +192,18 @@ class PackedWeights:
     """The packed copies of one model's linear weights, and a context that routes its linears through them."""
 
     def __init__(self, model: torch.nn.Module, measured: bool = False, select=None, use_skinny: bool | None = None,
-                 few: bool = True):
+                 few: bool = True, bf16: bool = False):
         """measured: only the shapes `packing_pays` (oneDNN) and `skinny_pays` (blocks of rows, few rows) choose;
         select(out, in) -> bool: only those (benchmarks); use_skinny: False never, True wherever eligible, None as
-        measured; few=False: the skinny kernel for blocks only (benchmarks)."""
+        measured; few=False: the skinny kernel for blocks only (benchmarks); bf16: a draft's pack (`packed_weights`),
+        every eligible linear on the skinny kernel with its weights in bfloat16 for 1-64 rows (half the bytes of the
+        float32 kernels the measurement compares: not measured), F.linear above."""
+        self.bf16 = bf16
+        if bf16:
+            measured, use_skinny, few = False, True, True
         chosen = [m for m in model.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)
                   and m.weight.dim() == 2 and (select is None or select(*m.weight.shape))]
-        self.onednn = {m for m in chosen if supported() and _packable(m)
+        self.onednn = {m for m in chosen if supported() and _packable(m) and not bf16
                        and (not measured or packing_pays(*m.weight.shape))}
         self.skinny: set = set()  # blocks of skinny.MIN_ROWS..MAX_ROWS rows on the skinny kernel
         self.skinny_few: set = set()  # and of fewer rows (a decode step, a small verify)
@@ -212,8 +217,8 @@ class PackedWeights:
                                              or skinny_pays(*m.weight.shape, m in self.onednn)}
             self.onednn -= self.skinny_few  # (left a prefill only, which F.linear's blocked GEMM serves as well)
         self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
-        self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny))
-                          for m in self.modules)
+        self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny)
+                                                                         / (2 if bf16 else 1)) for m in self.modules)
         # per module, its forward (None: its own) for: more rows than a block and whatever the kernel does not take
         self.small: list = [None] * len(self.modules)
         self.few: list = [None] * len(self.modules)  # 1..MIN_ROWS-1 rows
@@ -237,7 +242,7 @@ class PackedWeights:
                     block = direct = few = small
                     if m in self.skinny:
                         fallback = small or functools.partial(_plain, m)
-                        direct = skinny.SkinnyWeight(m.weight, bias, fallback=fallback)
+                        direct = skinny.SkinnyWeight(m.weight, bias, fallback=fallback, bf16=self.bf16)
                         if m in self.skinny_few:
                             few = direct
                         block = functools.partial(_route, fallback, direct, few or fallback)
@@ -247,9 +252,9 @@ class PackedWeights:
     def enter(self, rows: int | None = None) -> "PackedWeights":
         """Route the linears through the packed weights until `exit()`. `rows`: a runner's forward (no autograd) of
         that many rows (batch x tokens): a block of skinny.MIN_ROWS..MAX_ROWS rows runs every skinny-chosen linear on
-        the skinny kernel, fewer rows those chosen for few rows (`skinny_few`), a prefill none. None (transformers' generate(), any caller): each forward of the
-        model chooses by its input's rows (a pre-hook), and a forward under autograd routes each call by its own
-        rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2 forward: only where needed.)"""
+        the skinny kernel, fewer rows those chosen for few rows (`skinny_few`), a prefill none. None (transformers'
+        generate(), any caller): each forward of the model chooses by its input's rows (a pre-hook), and a forward
+        under autograd routes each call by its own rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2 forward: only where needed.)"""
         if self.depth == 0:
             self._refresh()
             self._install(rows)
@@ -297,8 +302,15 @@ class PackedWeights:
         return False
 
 
-def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> PackedWeights | None:
-    """The model's PackedWeights when the policy (module doc) says so; None otherwise."""
+def draft_bf16() -> bool:
+    """Whether a draft's linears run on the skinny kernel with bfloat16 weights (OPTIMUM_UAG_DRAFT_BF16=0: float32)."""
+    return os.environ.get("OPTIMUM_UAG_DRAFT_BF16", "1") != "0"
+
+
+def packed_weights(model: torch.nn.Module, enabled: bool | None = None, bf16: bool = False) -> PackedWeights | None:
+    """The model's PackedWeights when the policy (module doc) says so; None otherwise. bf16=True (a draft's weights
+    only: its rounding changes what it proposes, never what the target accepts): every eligible linear on the skinny
+    kernel in bfloat16, where the kernel is available (else the float32 policy)."""
     if enabled is False or (enabled is None and os.environ.get("OPTIMUM_UAG_PACKED_WEIGHTS", "1") == "0"):
         return None
     state = model_state(model)
@@ -306,12 +318,13 @@ def packed_weights(model: torch.nn.Module, enabled: bool | None = None) -> Packe
     # could choose different kernels (different rounding in replicated layers): there every eligible linear, the same
     # on every rank
     measured = enabled is None and not _several_processes()
-    key = "packed" if measured else "packed_all"
-    if key in state:
-        return state[key]
     if not any(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters()):
         return None  # (a CUDA / HPU / half-precision model: nothing to pack, no kernel to build)
-    pack = PackedWeights(model, measured=measured)
+    bf16 = bf16 and any(_skinny_eligible(m) for m in model.modules()) and skinny.available()
+    key = "packed_bf16" if bf16 else "packed" if measured else "packed_all"
+    if key in state:
+        return state[key]
+    pack = PackedWeights(model, measured=measured, bf16=bf16)
     memory = _memory_bytes()
     if not pack.modules or (enabled is None and memory and pack.nbytes > MEMORY_SHARE * memory):
         pack = None

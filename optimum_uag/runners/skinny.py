@@ -118,6 +118,10 @@ def load(isa: str, threaded: bool = True):
     lib.skinny_linear.restype = None
     lib.skinny_pack.argtypes = [c_ptr, c_i64, c_i64, c_ptr]
     lib.skinny_pack.restype = None
+    lib.skinny_linear_bf16.argtypes = lib.skinny_linear.argtypes
+    lib.skinny_linear_bf16.restype = None
+    lib.skinny_pack_bf16.argtypes = lib.skinny_pack.argtypes
+    lib.skinny_pack_bf16.restype = None
     lib.skinny_group_width.restype = ctypes.c_int
     lib.group_width = int(lib.skinny_group_width())
     lib.threaded = threaded
@@ -172,9 +176,12 @@ def eligible(module: torch.nn.Module) -> bool:
 class SkinnyWeight:
     """One weight matrix packed for the kernel (a copy: the module's own weight is left as it is). An input the
     kernel does not take (not float32 on the CPU, or under autograd with the input or the weight requiring grad) goes
-    to `fallback` (the linear's own kernel), or raises where there is none."""
+    to `fallback` (the linear's own kernel), or raises where there is none. bf16=True: the copy in bfloat16 (rounded
+    to nearest even), half the bytes streamed, widened to float32 on load (inputs, products, sums and outputs stay
+    float32): for a draft's weights, never a target's (runners/packed.py `packed_weights(..., bf16=True)`)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, lib=None, fallback=None):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, lib=None, fallback=None,
+                 bf16: bool = False):
         lib = lib or library()
         if lib is None:
             raise RuntimeError(f"the skinny kernel is not available: {_STATE.get('error', 'OPTIMUM_UAG_SKINNY=0')}")
@@ -183,12 +190,14 @@ class SkinnyWeight:
         self.out_features, self.in_features = packed_from.shape
         group = lib.group_width
         groups = -(-self.out_features // group)
-        self.packed = torch.empty(groups * self.in_features * group, dtype=torch.float32)
-        lib.skinny_pack(packed_from.data_ptr(), self.out_features, self.in_features, self.packed.data_ptr())
+        self.bf16 = bf16
+        self.packed = torch.empty(groups * self.in_features * group, dtype=torch.int16 if bf16 else torch.float32)
+        (lib.skinny_pack_bf16 if bf16 else lib.skinny_pack)(packed_from.data_ptr(), self.out_features,
+                                                            self.in_features, self.packed.data_ptr())
         self.bias = None if bias is None else bias.detach().to(device="cpu", dtype=torch.float32).contiguous()
-        self.nbytes = self.packed.numel() * 4
+        self.nbytes = self.packed.numel() * self.packed.element_size()
         # (the call's own cost matters: ~200 calls a SmolLM2 forward; addresses kept, the tensors held above)
-        self._run, self._threaded = lib.skinny_linear, lib.threaded
+        self._run, self._threaded = lib.skinny_linear_bf16 if bf16 else lib.skinny_linear, lib.threaded
         self._packed_ptr = self.packed.data_ptr()
         self._bias_ptr = None if self.bias is None else self.bias.data_ptr()
 

@@ -16,7 +16,7 @@ import contextlib
 import torch
 
 from ...runners.common import PROMPT_BUCKET
-from ...runners.packed import packed_weights
+from ...runners.packed import draft_bf16, packed_weights
 from ..state import DecodingState, Proposal
 from ..tree import Tree, TreeShape, ancestor_matrix
 from .base import Drafter, DraftStats, Picker, draft_loop, no_proposal
@@ -124,7 +124,8 @@ class FeatureDrafter(Drafter):
         self.last = None  # the head's latest output (B, 1, H): the feature of the next draft step
         self.shapes: set = set()
         self.calls = 0
-        self.pack = packed_weights(self.head) or contextlib.nullcontext()  # CPU: prepacked linears (runners/packed.py)
+        # CPU: prepacked linears, bfloat16 weights on the skinny kernel where it runs (runners/packed.py)
+        self.pack = packed_weights(self.head, bf16=draft_bf16()) or contextlib.nullcontext()
 
     def _step(self, features, tokens, slots) -> torch.Tensor:
         self.shapes.add(tuple(tokens.shape))

@@ -67,22 +67,34 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
   }
 }
 
+/* Weights as float32, or as bfloat16 (the upper half of a float32: a draft's weights at half the bytes, widened to
+ * float32 on load; every product and sum stays float32). */
+#if defined(__AVX512F__)
+#define LOAD_F32(p) VLOAD(p)
+#define LOAD_BF16(p) \
+  _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#else
+#define LOAD_F32(p) VLOAD(p)
+#define LOAD_BF16(p) \
+  _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#endif
+
 /* R rows (R <= R2) against one group (the odd last one) of G columns starting at column c0. */
-#define MICRO(R)                                                                                                   \
-  static void micro_##R(const float *x, int64_t K, const float *p, float *y, int64_t N, int64_t c0,              \
-                        const float *bias) {                                                                      \
+#define MICRO(NAME, WT, LOADW, R)                                                                                  \
+  static void NAME##_##R(const float *x, int64_t K, const WT *p, float *y, int64_t N, int64_t c0,                \
+                         const float *bias) {                                                                     \
     vec acc[R][MMAX];                                                                                              \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = VZERO();                                   \
     for (int64_t k = 0; k < K; ++k) {                                                                              \
-      const float *q = p + k * G;                                                                                  \
+      const WT *q = p + k * G;                                                                                     \
       /* a hint PF steps ahead (into the next group at the end of this one; past the last, a prefetch never     \
          faults: the address is formed as an integer, not by pointer arithmetic past the buffer) */              \
-      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * 4);                                             \
-      _Pragma("GCC unroll 4") for (int l = 0; l < G * 4; l += 64) _mm_prefetch((const char *)(ahead + l),         \
-                                                                              _MM_HINT_T0);                       \
+      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * sizeof(WT));                                    \
+      _Pragma("GCC unroll 4") for (int l = 0; l < (int)(G * sizeof(WT)); l += 64)                                  \
+        _mm_prefetch((const char *)(ahead + l), _MM_HINT_T0);                                                      \
       vec w[MMAX];                                                                                                 \
-      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) w[m] = VLOAD(q + m * BW);                             \
+      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) w[m] = LOADW(q + m * BW);                             \
       _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                                        \
         vec xv = VBCAST(x[r * K + k]);                                                                             \
         _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = VFMA(xv, w[m], acc[r][m]);              \
@@ -91,30 +103,24 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) store(y + r * N, acc[r][m], bias, c0 + m * BW, N);   \
   }
-MICRO(1)
-MICRO(2)
-#if R2 >= 4
-MICRO(3)
-MICRO(4)
-#endif
 
 /* R rows (R <= R2) against two groups at once (two streams), columns c0.. and c1.. */
-#define MICRO2(R)                                                                                                  \
-  static void micro2_##R(const float *x, int64_t K, const float *p, const float *p2, float *y, int64_t N,          \
-                         int64_t c0, int64_t c1, const float *bias) {                                             \
+#define MICRO2(NAME, WT, LOADW, R)                                                                                 \
+  static void NAME##_##R(const float *x, int64_t K, const WT *p, const WT *p2, float *y, int64_t N, int64_t c0,   \
+                         int64_t c1, const float *bias) {                                                         \
     vec acc[R][MMAX], acc2[R][MMAX];                                                                               \
     _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = acc2[r][m] = VZERO();                      \
     for (int64_t k = 0; k < K; ++k) {                                                                              \
-      const float *q = p + k * G, *q2 = p2 + k * G;                                                                \
-      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * 4);                                             \
-      const uintptr_t ahead2 = (uintptr_t)q2 + (uintptr_t)(PF * G * 4);                                           \
-      _Pragma("GCC unroll 4") for (int l = 0; l < G * 4; l += 64) {                                                \
+      const WT *q = p + k * G, *q2 = p2 + k * G;                                                                   \
+      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * sizeof(WT));                                    \
+      const uintptr_t ahead2 = (uintptr_t)q2 + (uintptr_t)(PF * G * sizeof(WT));                                  \
+      _Pragma("GCC unroll 4") for (int l = 0; l < (int)(G * sizeof(WT)); l += 64) {                                \
         _mm_prefetch((const char *)(ahead + l), _MM_HINT_T0);                                                      \
         _mm_prefetch((const char *)(ahead2 + l), _MM_HINT_T0);                                                     \
       }                                                                                                            \
       _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) {                                                     \
-        const vec w = VLOAD(q + m * BW), w2 = VLOAD(q2 + m * BW);                                                  \
+        const vec w = LOADW(q + m * BW), w2 = LOADW(q2 + m * BW);                                                  \
         _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                                      \
           const vec xv = VBCAST(x[r * K + k]);                                                                     \
           acc[r][m] = VFMA(xv, w, acc[r][m]);                                                                      \
@@ -128,27 +134,48 @@ MICRO(4)
         store(y + r * N, acc2[r][m], bias, c1 + m * BW, N);                                                        \
       }                                                                                                            \
   }
-MICRO2(1)
-MICRO2(2)
+
 #if R2 >= 4
-MICRO2(3)
-MICRO2(4)
+#define MICROS_OF(M, NAME, WT, LOADW) M(NAME, WT, LOADW, 1) M(NAME, WT, LOADW, 2) M(NAME, WT, LOADW, 3) \
+  M(NAME, WT, LOADW, 4)
+#define TABLE_OF(NAME) {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4}
+#else
+#define MICROS_OF(M, NAME, WT, LOADW) M(NAME, WT, LOADW, 1) M(NAME, WT, LOADW, 2)
+#define TABLE_OF(NAME) {0, NAME##_1, NAME##_2}
 #endif
 
-typedef void (*micro2_fn)(const float *, int64_t, const float *, const float *, float *, int64_t, int64_t, int64_t,
-                          const float *);
-static const micro2_fn MICROS2[] = {0, micro2_1, micro2_2,
-#if R2 >= 4
-                                    micro2_3, micro2_4
-#endif
-};
+/* x [rows, K], packed [ceil(N / G)][K][G], y [rows, N]; bias may be NULL; threads > 0. Group g runs beside group
+ * g + half (an odd last group alone), the rows in balanced chunks of at most R2 (9 rows as 3 + 3 + 3). */
+#define LINEAR(FN, WT, LOADW)                                                                                      \
+  MICROS_OF(MICRO, FN##_one, WT, LOADW)                                                                            \
+  MICROS_OF(MICRO2, FN##_two, WT, LOADW)                                                                           \
+  void FN(const float *x, int64_t rows, int64_t K, const WT *packed, int64_t N, const float *bias, float *y,       \
+          int threads) {                                                                                          \
+    typedef void (*one_fn)(const float *, int64_t, const WT *, float *, int64_t, int64_t, const float *);         \
+    typedef void (*two_fn)(const float *, int64_t, const WT *, const WT *, float *, int64_t, int64_t, int64_t,    \
+                           const float *);                                                                        \
+    static const one_fn ONE[] = TABLE_OF(FN##_one);                                                                \
+    static const two_fn TWO[] = TABLE_OF(FN##_two);                                                                \
+    const int64_t groups = (N + G - 1) / G;                                                                        \
+    const int64_t half = (groups + 1) / 2;                                                                         \
+    const int64_t chunks = (rows + R2 - 1) / R2;                                                                   \
+    _Pragma("omp parallel for num_threads(threads) schedule(static) if (threads > 1 && half > 1)")                 \
+    for (int64_t g = 0; g < half; ++g) {                                                                           \
+      const WT *p = packed + g * K * G, *p2 = packed + (g + half) * K * G;                                         \
+      int64_t r0 = 0;                                                                                              \
+      for (int64_t c = 0; c < chunks; ++c) {                                                                       \
+        const int r = (int)((rows - r0) / (chunks - c));                                                           \
+        if (g + half < groups)                                                                                     \
+          TWO[r](x + r0 * K, K, p, p2, y + r0 * N, N, g * G, (g + half) * G, bias);                                \
+        else                                                                                                       \
+          ONE[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);                                                    \
+        r0 += r;                                                                                                   \
+      }                                                                                                            \
+    }                                                                                                              \
+  }
 
-typedef void (*micro_fn)(const float *, int64_t, const float *, float *, int64_t, int64_t, const float *);
-static const micro_fn MICROS[] = {0, micro_1, micro_2,
-#if R2 >= 4
-                                  micro_3, micro_4
-#endif
-};
+LINEAR(skinny_linear, float, LOAD_F32)
+LINEAR(skinny_linear_bf16, uint16_t, LOAD_BF16)
 
 /* W [N, K] row-major -> packed [ceil(N / G)][K][G], zero columns past N. */
 void skinny_pack(const float *w, int64_t N, int64_t K, float *packed) {
@@ -161,24 +188,21 @@ void skinny_pack(const float *w, int64_t N, int64_t K, float *packed) {
       }
 }
 
-/* x [rows, K], packed from skinny_pack, y [rows, N]; bias may be NULL; threads > 0. Group g runs beside group
- * g + half (an odd last group alone), the rows in balanced chunks of at most R2 (9 rows as 3 + 3 + 3). */
-void skinny_linear(const float *x, int64_t rows, int64_t K, const float *packed, int64_t N, const float *bias,
-                   float *y, int threads) {
+/* The same layout in bfloat16, rounded to nearest even (NaN kept a NaN). */
+static inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+void skinny_pack_bf16(const float *w, int64_t N, int64_t K, uint16_t *packed) {
   const int64_t groups = (N + G - 1) / G;
-  const int64_t half = (groups + 1) / 2;
-  const int64_t chunks = (rows + R2 - 1) / R2;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && half > 1)
-  for (int64_t g = 0; g < half; ++g) {
-    const float *p = packed + g * K * G, *p2 = packed + (g + half) * K * G;
-    int64_t r0 = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int r = (int)((rows - r0) / (chunks - c));
-      if (g + half < groups)
-        MICROS2[r](x + r0 * K, K, p, p2, y + r0 * N, N, g * G, (g + half) * G, bias);
-      else
-        MICROS[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);
-      r0 += r;
-    }
-  }
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < G; ++j) {
+        const int64_t c = g * G + j;
+        packed[(g * K + k) * G + j] = c < N ? to_bf16(w[c * K + k]) : 0;
+      }
 }
