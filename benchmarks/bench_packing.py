@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """Which CPU linear kernel is faster on this machine, per SmolLM2 weight shape (F.linear vs oneDNN's prepacked
 `_linear_pointwise` vs optimum-uag's skinny kernel, at 1, 3, 4, 6, 9 and 17 rows: a decode step and verify blocks),
-what the auto policy packs here (runners/packed.py `packing_pays`, `skinny_pays`), SmolLM2's forward at 1-17 tokens under each packing choice (the choices
-interleaved), and its target-only generate() with and without the auto policy's packing, interleaved, median of
+what the auto policy packs here (runners/packed.py `packing_pays`, `skinny_pays`), the read rate of SmolLM2's
+projections from memory per kernel, SmolLM2's forward at 1-64 tokens under each packing choice (the choices
+interleaved, the L3 flushed before each), and its target-only generate() with and without the auto policy's packing, interleaved, median of
 the repeats. Kernels are timed on one weight (cached) and streamed over copies of it, as a forward reads weights.
 
     python benchmarks/bench_packing.py --output benchmarks/results/packing.json
@@ -65,6 +66,37 @@ def kernels() -> list[dict]:
             row[f"rows_{rows}_us"] = {k: round(v, 1) for k, v in cached.items()}
             row[f"rows_{rows}_us_streamed"] = {k: round(v, 1) for k, v in streamed.items()}
         out.append(row)
+    return out
+
+
+@torch.inference_mode()
+def projections_from_memory(row_counts=(1, 2, 3, 4, 8, 9, 17), passes: int = 9) -> dict:
+    """The read rate (GB/s) of SmolLM2's 210 projections (30 layers x q, k, v, o, gate, up, down: 425 MB of distinct
+    weights, more than this CPU's L3 keeps between passes) through F.linear (MKL) and the skinny kernel, the two
+    alternating pass by pass, median of the passes: how close each kernel runs to the memory's rate, per rows."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
+    weights = [torch.randn(o, i, generator=gen) for _ in range(30) for o, i in shapes]
+    total = sum(w.numel() * 4 for w in weights)
+    kernels = {"F.linear": weights}
+    if skinny.available():
+        kernels["skinny"] = [skinny.SkinnyWeight(w) for w in weights]
+    out = {"megabytes": round(total / 1e6, 1), "gb_per_s": {}}
+    for rows in row_counts:
+        xs = {i: torch.randn(rows, i, generator=gen) for i in (576, 1536)}
+        times = {name: [] for name in kernels}
+        for rep in range(passes + 1):
+            for name, ws in kernels.items():
+                t0 = time.perf_counter()
+                if name == "F.linear":
+                    for w in ws:
+                        torch.nn.functional.linear(xs[w.shape[1]], w)
+                else:
+                    for k in ws:
+                        k(xs[k.in_features])
+                if rep:
+                    times[name].append(time.perf_counter() - t0)
+        out["gb_per_s"][rows] = {name: round(total / statistics.median(t) / 1e9, 1) for name, t in times.items()}
     return out
 
 
@@ -174,7 +206,7 @@ def main() -> None:
     except (OSError, StopIteration):
         cpu = platform.processor()
     result = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu, "threads": torch.get_num_threads(),
-              "torch": torch.__version__, "kernels": kernels(),
+              "torch": torch.__version__, "kernels": kernels(), "projections_from_memory": projections_from_memory(),
               "smollm2_forward_by_packing": forward_by_packing(args.forward_repeats),
               "smollm2_target_only": generate_rates(args.repeats, args.max_new_tokens),
               "command": " ".join(["python", "benchmarks/bench_packing.py", *sys.argv[1:]])}

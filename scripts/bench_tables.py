@@ -266,6 +266,16 @@ def skinny_tables(pack: dict | None, suffix: str) -> dict:
         f"\n\nSmolLM2-135M's forward of W tokens (the static runner, 250 tokens cached), each kernel choice "
         f"interleaved per width and repetition; in brackets against the one-token forward without the skinny "
         f"kernel ({pack['cpu']}, {pack['date']}): `{pack['command']}`.")
+    stream = pack.get("projections_from_memory")
+    if stream:
+        counts = list(stream["gb_per_s"])
+        out["skinny_bandwidth" + suffix] = "\n".join(
+            ["| kernel | " + " | ".join(f"{r} row{'s' if r != '1' else ''}" for r in counts) + " |",
+             "|---" * (len(counts) + 1) + "|"]
+            + [f"| {name} | " + " | ".join(f"{stream['gb_per_s'][r][name]:.1f}" for r in counts) + " |"
+               for name in stream["gb_per_s"][counts[0]]]) + (
+            f"\n\nGB/s: SmolLM2's 210 projections ({stream['megabytes']:.0f} MB of distinct weights) per pass, the "
+            f"kernels alternating pass by pass, median ({pack['cpu']}, {pack['threads']} threads, {pack['date']}).")
     shapes = [k for k in pack["kernels"] if "skinny" in k.get("rows_1_us_streamed", {})]
     rows = [r for r in (1, 3, 4, 9, 17) if f"rows_{r}_us_streamed" in shapes[0]] if shapes else []
     few = bool(shapes) and "auto_policy_skinny_few_rows" in shapes[0]
