@@ -198,7 +198,7 @@ def tables() -> dict:
         out["main_job"] = main_job_table(main)
     # the same benchmark on an Intel Xeon
     for name in ("feature_head_intel", "feature_head_intel_device_tree", "feature_head_intel_draft_cost",
-                 "feature_head_intel_skinny", "feature_head_intel_two_streams"):
+                 "feature_head_intel_skinny", "feature_head_intel_two_streams", "feature_head_intel_bf16_head"):
         intel = _load(RESULTS / f"{name}.json")
         if intel is not None:
             out[name] = feature_head_table(intel)
