@@ -7,7 +7,7 @@
  *
  * Layout: W packed once into groups of G = MMAX * BW output columns, each group [K][G] contiguous. A thread runs two
  * groups at once, g and g + half (two forward streams a core, each prefetched PF steps ahead): one stream a core left
- * DRAM bandwidth unused (SmolLM2's projections at one row: 21 GB/s with one stream, 25 with two, MKL's sgemv 23). The
+ * memory bandwidth unused (benchmarks/results/packing_two_streams.json, the projections' read rate). The
  * rows run in balanced chunks of at most R2 against the pair while it is in the core's L2. A microkernel holds R rows
  * x MMAX vectors of accumulators a group and runs k in order with one fused multiply-add per step, so every output is
  * the same sequence of roundings whatever the number of rows computed with it (a row's result does not depend on the
