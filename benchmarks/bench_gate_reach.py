@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 
 from optimum_uag import assisted_generate
 from optimum_uag.engine import policy
 from optimum_uag.models import chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
+from bench_feature_head import cpu_name, print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
 
 
 def main():
@@ -48,6 +50,8 @@ def main():
     warm_up(rows, tok)
     res = run_group("chat@4", rows, held[: args.prompts], 4, args.max_new_tokens, tok, args.repeats)
     res["shipped_gate_reach"] = policy.GATE_REACH
+    res.update(command="python benchmarks/bench_gate_reach.py " + " ".join(sys.argv[1:]), cpu=cpu_name(),
+               date=time.strftime("%Y-%m-%d"))
     print_rows(res, 24)
     if args.output:
         with open(args.output, "w") as f:

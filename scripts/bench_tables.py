@@ -208,6 +208,9 @@ def tables() -> dict:
         ab = _load(RESULTS / f"{name}.json")
         if ab is not None:
             out[name] = ab_table(ab)
+    reach = _load(RESULTS / "gate_reach_intel.json")  # benchmarks/bench_gate_reach.py
+    if reach is not None:
+        out["gate_reach_intel"] = ab_table({"groups": {f"chat@4, {reach['prompts']} requests": reach}})
     curve = _load(RESULTS / "verify_cost_intel.json")  # benchmarks/bench_verify_cost.py
     if curve is not None:
         widths = list(curve["runs"][0]["relative"])
