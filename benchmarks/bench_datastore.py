@@ -22,7 +22,7 @@ from optimum_uag.engine.drafters.datastore import Datastore, answer_spans
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up, write_group, add_ab_arguments
+from bench_feature_head import add_ab_arguments, run_ab, smollm2_with_head, target_only_rows
 
 
 def main():
@@ -60,14 +60,9 @@ def main():
 
     rows = {**target_only_rows(target, greedy), "head default, no datastore": row(None),
             **{f"head default, datastore {policy}": row(policy) for policy in args.policies.split(",") if policy}}
-    warm_up(rows, tok)
-    res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
-    res["datastore_tokens"], res["answers"] = len(store), len(records)
-    res["draft_policy"] = args.draft_policy or "adaptive"
-    print_rows(res, 36)
-    if args.output:
-        key = f"{args.group}@1" + (f", {args.draft_policy} policy" if args.draft_policy else "")
-        write_group(args.output, key, res, args.merge)
+    run_ab(rows, tok, args, f"{args.group}@1", prompts, 36,
+           key=f"{args.group}@1" + (f", {args.draft_policy} policy" if args.draft_policy else ""),
+           datastore_tokens=len(store), answers=len(records), draft_policy=args.draft_policy or "adaptive")
 
 if __name__ == "__main__":
     main()

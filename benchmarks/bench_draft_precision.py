@@ -20,8 +20,7 @@ from optimum_uag import assisted_generate
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import add_ab_arguments, print_rows, run_group, smollm2_with_head, target_only_rows, warm_up
-from bench_feature_head import write_group
+from bench_feature_head import add_ab_arguments, run_ab, smollm2_with_head, target_only_rows
 
 
 @contextlib.contextmanager
@@ -59,11 +58,7 @@ def main():
     rows["head default, float32 head"] = row(False)
     rows["head default, fixed policy, bf16 head"] = row(True, draft_policy="fixed")
     rows["head default, fixed policy, float32 head"] = row(False, draft_policy="fixed")
-    warm_up(rows, tok)
-    res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
-    print_rows(res, 48)
-    if args.output:
-        write_group(args.output, f"{args.group}@1", res, args.merge)
+    run_ab(rows, tok, args, f"{args.group}@1", prompts)
 
 
 if __name__ == "__main__":

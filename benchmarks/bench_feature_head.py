@@ -101,6 +101,18 @@ def warm_up(rows: dict, tok, tokens: int = 8) -> None:
         fn(warm, tokens)
 
 
+def run_ab(rows: dict, tok, args, group: str, prompts, width: int = 48, key: str | None = None, **extra) -> dict:
+    """An A/B script's run at batch 1: warm-up, the rows interleaved (run_group), printed, written to --output
+    (group `key`, default `group`, merged with --merge); `extra` is added to the results."""
+    warm_up(rows, tok)
+    res = run_group(group, rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
+    res.update(extra)
+    print_rows(res, width)
+    if args.output:
+        write_group(args.output, key or group, res, args.merge)
+    return res
+
+
 def print_rows(res: dict, width: int = 28) -> None:
     for name, row in res["rows"].items():
         print(f"{name:<{width}}{row['tokens_per_s']:7.1f} tok/s {row['speedup_vs_best_target_only']:6.3f}x "

@@ -20,7 +20,7 @@ from optimum_uag import assisted_generate
 from optimum_uag.models import chat_prompts
 from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import print_rows, run_group, smollm2_with_head, target_only_rows, warm_up, write_group, add_ab_arguments
+from bench_feature_head import add_ab_arguments, run_ab, smollm2_with_head, target_only_rows
 
 
 def main():
@@ -63,11 +63,7 @@ def main():
             rows[name + (", tree first" if first else "")] = adaptive(rounds, rate, decay, first)
     rows["head default, fixed policy"] = lambda enc, m: assisted_generate(
         target, head, enc["input_ids"], enc["attention_mask"], max_new_tokens=m, draft_policy="fixed", **gen)
-    warm_up(rows, tok)
-    res = run_group(f"{args.group}@1", rows, prompts, 1, args.max_new_tokens, tok, args.repeats)
-    print_rows(res, 48)
-    if args.output:
-        write_group(args.output, f"{args.group}@1", res, args.merge)
+    run_ab(rows, tok, args, f"{args.group}@1", prompts)
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,16 @@ def built():
     if not skinny.available():
         skip_or_fail_in_ci(f"the skinny kernel could not be built: {skinny._STATE.get('error')}")
 
+def _same_tokens(target, draft, ids, new_tokens: int, k: int) -> torch.Tensor:
+    """Target-only greedy and assisted_generate (a fixed chain of k) on `ids`: the same tokens (returned)."""
+    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
+                          pad_token_id=0, eos_token_id=None)
+    out = assisted_generate(target, draft, ids, torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+                            num_assistant_tokens=k, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
+    assert torch.equal(out.sequences, ref)
+    return ref
+
+
 ISAS = [isa for isa in ("avx512", "avx2") if skinny.instruction_set() == "avx512" or isa == "avx2"]
 SHAPES = [(576, 576, False), (100, 37, True), (49, 130, True), (1000, 64, False), (7, 3, True)]
 
@@ -67,7 +77,7 @@ def test_bf16_weights_equal_f_linear_on_the_rounded_weights_and_rows_do_not_depe
         full = skinny.SkinnyWeight(weight, bias, lib=lib)
         assert kernel.nbytes * 2 == full.nbytes
         rounded = weight.to(torch.bfloat16).float()
-        for rows in (1, 3, 4, 9, 17):
+        for rows in (1, 2, 3, 4, 5, 8, 9, 13, 17, 33):
             x = torch.randn(2, rows, in_features, generator=gen)
             got = kernel(x)
             assert got.dtype == torch.float32
@@ -76,9 +86,15 @@ def test_bf16_weights_equal_f_linear_on_the_rounded_weights_and_rows_do_not_depe
             assert torch.equal(alone, got), (out_features, in_features, rows)
             if rows == 4:
                 assert not torch.equal(got, full(x))  # (the rounding is there: not the float32 copy)
+        rows = 9  # exactly rows x out_features floats written: a guard region after the output stays untouched
+        x = torch.randn(rows, in_features, generator=gen)
+        y = torch.full((rows * out_features + 64,), 7.0)
+        lib.skinny_linear_bf16(x.data_ptr(), rows, in_features, kernel.packed.data_ptr(), out_features,
+                               None if bias is None else kernel.bias.data_ptr(), y.data_ptr(), 2)
+        assert torch.equal(y[-64:], torch.full((64,), 7.0))
     # rounding to nearest even, as torch's own conversion, NaN and infinities kept
-    special = torch.tensor([[1.0, -2.5, 3.0e38, float("inf"), float("-inf"), 1.00390625, 1.01171875, 1e-40]])
-    probe = skinny.SkinnyWeight(special.T.contiguous(), lib=lib, bf16=True)  # (8 outputs of one input each)
+    special = torch.tensor([[1.0, -2.5, 3.0e38, 3.4e38, float("inf"), float("-inf"), 1.00390625, 1.01171875, 1e-40]])
+    probe = skinny.SkinnyWeight(special.T.contiguous(), lib=lib, bf16=True)  # (one output per value, input 1)
     torch.testing.assert_close(probe(torch.ones(1, 1)), special.to(torch.bfloat16).float(), rtol=0, atol=0)
     nan = skinny.SkinnyWeight(torch.full((3, 1), float("nan")), lib=lib, bf16=True)
     assert torch.isnan(nan(torch.ones(1, 1))).all()
@@ -102,7 +118,7 @@ def test_inputs_the_kernel_does_not_take_go_to_the_linears_own_kernel(built):
     assert weight.grad is not None and fallback_calls[-1] == torch.float32
 
 
-def test_a_changed_weight_is_repacked_for_the_kernel_too(monkeypatch, built):
+def test_a_changed_weight_or_bias_is_repacked_for_the_kernel_too(monkeypatch, built):
     model = tiny_llama(600, 2, layers=2, hidden=512)
     monkeypatch.setattr(packing, "packing_pays", lambda *shape: False)  # the skinny kernel alone
     pack = packing.PackedWeights(model, measured=True, use_skinny=True)
@@ -120,6 +136,17 @@ def test_a_changed_weight_is_repacked_for_the_kernel_too(monkeypatch, built):
             after = layer(x)
     assert len(calls) == 2
     torch.testing.assert_close(after, 2 * before, rtol=1e-5, atol=1e-4)
+    biased = model.model.layers[0].mlp.up_proj
+    biased.bias = torch.nn.Parameter(torch.zeros(biased.out_features))  # a bias given after packing, then replaced
+    pack = packing.PackedWeights(model, measured=True, use_skinny=True)
+    h = torch.randn(1, 6, biased.in_features)
+    with torch.no_grad():
+        with pack:
+            zero = biased(h)
+        biased.bias = torch.nn.Parameter(torch.ones(biased.out_features))
+        with pack:
+            one = biased(h)
+    torch.testing.assert_close(one, zero + 1, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("few", [False, True])
@@ -144,11 +171,7 @@ def test_blocks_run_on_the_skinny_kernel_and_the_tokens_stay_the_models_own(few,
     real_linear = lib.skinny_linear
     monkeypatch.setattr(lib, "skinny_linear", lambda *a: kernel_rows.append(a[1]) or real_linear(*a))
     ids = torch.randint(5, 600, (2, 12))
-    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
-                          pad_token_id=0, eos_token_id=None)
-    out = assisted_generate(target, draft, ids, torch.ones_like(ids), max_new_tokens=24, do_sample=False,
-                            num_assistant_tokens=4, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
-    assert torch.equal(out.sequences, ref)
+    ref = _same_tokens(target, draft, ids, 24, 4)
     blocks = [n for rows, n in installed if rows is not None and skinny.MIN_ROWS <= rows <= skinny.MAX_ROWS]
     assert blocks and all(n == len(pack.skinny) for n in blocks)  # verify blocks: every chosen linear
     assert kernel_rows and max(kernel_rows) >= skinny.MIN_ROWS  # and the kernel itself ran (not the fallback)
@@ -192,12 +215,7 @@ def test_a_feature_heads_linears_run_in_bf16_and_the_tokens_stay_the_targets_own
 
     monkeypatch.setattr(lib, "skinny_linear_bf16", counted("bf16"))
     monkeypatch.setattr(lib, "skinny_linear", counted("fp32"))
-    ids = torch.randint(5, 600, (2, 10))
-    ref = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
-                          pad_token_id=0, eos_token_id=None)
-    out = assisted_generate(target, head, ids, torch.ones_like(ids), max_new_tokens=20, do_sample=False,
-                            num_assistant_tokens=3, draft_policy="fixed", eos_token_id=None, pad_token_id=0)
-    assert torch.equal(out.sequences, ref)
+    _same_tokens(target, head, torch.randint(5, 600, (2, 10)), 20, 3)
     pack = packing.packed_weights(head, bf16=packing.draft_bf16())
     eligible = {m for m in head.modules() if packing._skinny_eligible(m)}
     if bf16 == "1":

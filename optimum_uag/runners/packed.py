@@ -156,7 +156,8 @@ def skinny_pays(out_features: int, in_features: int, packed: bool, few: bool = F
         passes = max(5, min(9, int(1e8 // (copies * out_features * in_features))))
         rows = (1, skinny.MIN_ROWS - 1) if few else (skinny.MIN_ROWS, 8)
         total = _alternating_seconds(kernels, rows, in_features, passes, gen)
-        _SKINNY_PAYS[key] = total["skinny"] < (FEW_MARGIN if few else MARGIN) * total["other"]
+        _SKINNY_PAYS[key] = (total["skinny"] <= FEW_MARGIN * total["other"] if few
+                             else total["skinny"] < MARGIN * total["other"])
     return _SKINNY_PAYS[key]
 
 
@@ -209,12 +210,16 @@ class PackedWeights:
         self.skinny_few: set = set()  # and of fewer rows (a decode step, a small verify)
         candidates = [m for m in chosen if _skinny_eligible(m)] if use_skinny is not False else []
         if candidates and skinny.available():  # (built, or warned about, only where a linear could use it)
-            self.skinny_few = {m for m in candidates if few and (use_skinny or not measured
-                               or skinny_pays(*m.weight.shape, m in self.onednn, few=True))}
+            # unmeasured, 1-3 rows go to the kernel only where it runs on torch's threads: a single-threaded build
+            # (torch on another OpenMP runtime) against a multi-threaded MKL step is measured, never assumed
+            unmeasured_few = skinny.library().threaded or torch.get_num_threads() == 1
+            self.skinny_few = {m for m in candidates if few and (
+                (use_skinny or not measured) and unmeasured_few
+                or measured and not use_skinny and skinny_pays(*m.weight.shape, m in self.onednn, few=True))}
             # blocks: where it measures faster there, and wherever it runs the steps (no slower at 1-3 rows, where
             # MKL streams the weights, it is no slower at 4-64, where MKL packs them; and one copy stays streamed)
-            self.skinny = self.skinny_few | {m for m in candidates if use_skinny or not measured
-                                             or skinny_pays(*m.weight.shape, m in self.onednn)}
+            self.skinny = self.skinny_few | {m for m in candidates if m in self.skinny_few or use_skinny
+                                             or not measured or skinny_pays(*m.weight.shape, m in self.onednn)}
             self.onednn -= self.skinny_few  # (left a prefill only, which F.linear's blocked GEMM serves as well)
         self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny)
@@ -232,7 +237,7 @@ class PackedWeights:
     def _refresh(self) -> None:
         with torch.no_grad():
             for i, m in enumerate(self.modules):
-                version = _version(m.weight)
+                version = _version(m.weight), None if m.bias is None else _version(m.bias)
                 if self.versions[i] != version:  # first use, or the weight changed since it was packed
                     bias = None if m.bias is None else m.bias.detach()
                     small = None
@@ -254,7 +259,8 @@ class PackedWeights:
         that many rows (batch x tokens): a block of skinny.MIN_ROWS..MAX_ROWS rows runs every skinny-chosen linear on
         the skinny kernel, fewer rows those chosen for few rows (`skinny_few`), a prefill none. None (transformers'
         generate(), any caller): each forward of the model chooses by its input's rows (a pre-hook), and a forward
-        under autograd routes each call by its own rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a SmolLM2 forward: only where needed.)"""
+        under autograd routes each call by its own rows. (A per-call routing wrapper costs ~3 us a linear, 0.6 ms a
+        SmolLM2 forward: only where needed.)"""
         if self.depth == 0:
             self._refresh()
             self._install(rows)

@@ -194,7 +194,9 @@ class SkinnyWeight:
         self.packed = torch.empty(groups * self.in_features * group, dtype=torch.int16 if bf16 else torch.float32)
         (lib.skinny_pack_bf16 if bf16 else lib.skinny_pack)(packed_from.data_ptr(), self.out_features,
                                                             self.in_features, self.packed.data_ptr())
-        self.bias = None if bias is None else bias.detach().to(device="cpu", dtype=torch.float32).contiguous()
+        # (a copy: the kernel keeps its address, which the module's own bias could give up when replaced)
+        self.bias = (None if bias is None
+                     else bias.detach().to(device="cpu", dtype=torch.float32, copy=True).contiguous())
         self.nbytes = self.packed.numel() * self.packed.element_size()
         # (the call's own cost matters: ~200 calls a SmolLM2 forward; addresses kept, the tensors held above)
         self._run, self._threaded = lib.skinny_linear_bf16 if bf16 else lib.skinny_linear, lib.threaded
@@ -210,7 +212,7 @@ class SkinnyWeight:
                                f"autograd, got {x.dtype} on {x.device.type} of width {x.shape[-1]}")
         if not x.is_contiguous():
             x = x.contiguous()
-        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)  # (~1 us faster than new_empty)
+        y = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32, device="cpu")  # (faster than new_empty)
         self._run(x.data_ptr(), x.numel() // self.in_features, self.in_features, self._packed_ptr, self.out_features,
                   self._bias_ptr, y.data_ptr(), torch.get_num_threads() if self._threaded else 1)
         return y
