@@ -94,6 +94,18 @@ def smollm2_with_head():
     return target, tok, head, dict(do_sample=False, pad_token_id=tok.pad_token_id)
 
 
+SAMPLE = dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0)  # the sampling group's options
+
+
+def ab_setup(args):
+    """An A/B script's setup for its --group (chat, grounded or sample) and --prompts: (target, tokenizer, head,
+    generation options, prompts)."""
+    target, tok, head, greedy = smollm2_with_head()
+    gen = greedy if args.group != "sample" else dict(SAMPLE, pad_token_id=tok.pad_token_id)
+    prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
+    return target, tok, head, gen, prompts
+
+
 def warm_up(rows: dict, tok, tokens: int = 8) -> None:
     """Each row once on a request no group measures (chat_prompts()[-1]): one-time costs out of the first repeat."""
     warm = encode(tok, chat_prompts()[-1:])
@@ -234,7 +246,7 @@ def main():
     grounded = grounded_chat_prompts()[: args.prompts]
     n = args.max_new_tokens
     greedy = dict(do_sample=False, pad_token_id=tok.pad_token_id)
-    sample = dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id)
+    sample = dict(SAMPLE, pad_token_id=tok.pad_token_id)
 
     def ours(draft, gen, **options):
         return lambda enc, m: assisted_generate(target, draft, enc["input_ids"], enc["attention_mask"],

@@ -17,10 +17,8 @@ import argparse
 import optimum_uag.engine.policy as policy
 
 from optimum_uag import assisted_generate
-from optimum_uag.models import chat_prompts
-from optimum_uag.models.prompt_sets import grounded_chat_prompts
 
-from bench_feature_head import add_ab_arguments, run_ab, smollm2_with_head, target_only_rows
+from bench_feature_head import ab_setup, add_ab_arguments, run_ab, target_only_rows
 
 
 def main():
@@ -34,10 +32,7 @@ def main():
                         "start: a tree's first rounds draft and one round measures t0, or t0 first in two rounds)")
     add_ab_arguments(p)
     args = p.parse_args()
-    target, tok, head, greedy = smollm2_with_head()
-    gen = greedy if args.group != "sample" else dict(do_sample=True, temperature=0.7, top_k=0, top_p=1.0,
-                                                     pad_token_id=tok.pad_token_id)
-    prompts = (grounded_chat_prompts() if args.group == "grounded" else chat_prompts())[: args.prompts]
+    target, tok, head, gen, prompts = ab_setup(args)
 
     def adaptive(rounds, rate, decay, tree_first):
         def run(enc, m):
