@@ -212,14 +212,17 @@ class PackedWeights:
         if candidates and skinny.available():  # (built, or warned about, only where a linear could use it)
             # unmeasured, 1-3 rows go to the kernel only where it runs on torch's threads: a single-threaded build
             # (torch on another OpenMP runtime) against a multi-threaded MKL step is measured, never assumed
-            unmeasured_few = skinny.library().threaded or torch.get_num_threads() == 1
-            self.skinny_few = {m for m in candidates if few and (
-                (use_skinny or not measured) and unmeasured_few
-                or measured and not use_skinny and skinny_pays(*m.weight.shape, m in self.onednn, few=True))}
+            if not few:
+                pass
+            elif use_skinny or not measured:
+                if skinny.library().threaded or torch.get_num_threads() == 1:
+                    self.skinny_few = set(candidates)
+            else:
+                self.skinny_few = {m for m in candidates if skinny_pays(*m.weight.shape, m in self.onednn, few=True)}
             # blocks: where it measures faster there, and wherever it runs the steps (no slower at 1-3 rows, where
             # MKL streams the weights, it is no slower at 4-64, where MKL packs them; and one copy stays streamed)
-            self.skinny = self.skinny_few | {m for m in candidates if m in self.skinny_few or use_skinny
-                                             or not measured or skinny_pays(*m.weight.shape, m in self.onednn)}
+            self.skinny = {m for m in candidates if m in self.skinny_few or use_skinny or not measured
+                           or skinny_pays(*m.weight.shape, m in self.onednn)}
             self.onednn -= self.skinny_few  # (left a prefill only, which F.linear's blocked GEMM serves as well)
         self.modules = [m for m in chosen if m in self.onednn or m in self.skinny]
         self.nbytes = sum(m.weight.numel() * m.weight.element_size() * ((m in self.onednn) + (m in self.skinny)

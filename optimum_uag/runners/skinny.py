@@ -122,8 +122,8 @@ def load(isa: str, threaded: bool = True):
     lib.skinny_linear_bf16.restype = None
     lib.skinny_pack_bf16.argtypes = lib.skinny_pack.argtypes
     lib.skinny_pack_bf16.restype = None
-    lib.skinny_group_width.restype = ctypes.c_int
-    lib.group_width = int(lib.skinny_group_width())
+    lib.skinny_packed_size.argtypes = [c_i64, c_i64]
+    lib.skinny_packed_size.restype = c_i64
     lib.threaded = threaded
     return lib
 
@@ -188,10 +188,9 @@ class SkinnyWeight:
         self.lib, self.fallback, self.source = lib, fallback, weight
         packed_from = weight.detach().to(device="cpu", dtype=torch.float32).contiguous()
         self.out_features, self.in_features = packed_from.shape
-        group = lib.group_width
-        groups = -(-self.out_features // group)
         self.bf16 = bf16
-        self.packed = torch.empty(groups * self.in_features * group, dtype=torch.int16 if bf16 else torch.float32)
+        self.packed = torch.empty(lib.skinny_packed_size(self.out_features, self.in_features),
+                                  dtype=torch.int16 if bf16 else torch.float32)
         (lib.skinny_pack_bf16 if bf16 else lib.skinny_pack)(packed_from.data_ptr(), self.out_features,
                                                             self.in_features, self.packed.data_ptr())
         # (a copy: the kernel keeps its address, which the module's own bias could give up when replaced)

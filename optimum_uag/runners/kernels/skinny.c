@@ -6,7 +6,8 @@
  * so a draft tree wider than 3 tokens did not pay there (docs/benchmarks.md, "The skinny kernel").
  *
  * Layout: W packed once into groups of G = MMAX * BW output columns, each group [K][G] contiguous. A thread runs two
- * groups at once, g and g + half (two forward streams a core, each prefetched PF steps ahead): one stream a core left
+ * groups at once, g and g + half (two forward streams a core, each prefetched PF steps ahead; an odd count gets a
+ * group of zeros): one stream a core left
  * memory bandwidth unused (benchmarks/results/packing_two_streams.json, the projections' read rate). The
  * rows run in balanced chunks of at most R2 against the pair while it is in the core's L2. A microkernel holds R rows
  * x MMAX vectors of accumulators a group and runs k in order with one fused multiply-add per step, so every output is
@@ -49,9 +50,6 @@ typedef __m256 vec;
 #define PF 8 /* prefetch distance, in k steps (8 x 192 bytes ahead a stream with AVX-512) */
 #endif
 
-int skinny_group_width(void) { return G; }
-int skinny_block_width(void) { return BW; }
-
 static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t n) {
   if (bias) {
     float t[BW];
@@ -69,40 +67,14 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
 
 /* Weights as float32, or as bfloat16 (the upper half of a float32: a draft's weights at half the bytes, widened to
  * float32 on load; every product and sum stays float32). */
-#if defined(__AVX512F__)
 #define LOAD_F32(p) VLOAD(p)
+#if defined(__AVX512F__)
 #define LOAD_BF16(p) \
   _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #else
-#define LOAD_F32(p) VLOAD(p)
 #define LOAD_BF16(p) \
   _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #endif
-
-/* R rows (R <= R2) against one group (the odd last one) of G columns starting at column c0. */
-#define MICRO(NAME, WT, LOADW, R)                                                                                  \
-  static void NAME##_##R(const float *x, int64_t K, const WT *p, float *y, int64_t N, int64_t c0,                \
-                         const float *bias) {                                                                     \
-    vec acc[R][MMAX];                                                                                              \
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
-      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = VZERO();                                   \
-    for (int64_t k = 0; k < K; ++k) {                                                                              \
-      const WT *q = p + k * G;                                                                                     \
-      /* a hint PF steps ahead (into the next group at the end of this one; past the last, a prefetch never     \
-         faults: the address is formed as an integer, not by pointer arithmetic past the buffer) */              \
-      const uintptr_t ahead = (uintptr_t)q + (uintptr_t)(PF * G * sizeof(WT));                                    \
-      _Pragma("GCC unroll 4") for (int l = 0; l < (int)(G * sizeof(WT)); l += 64)                                  \
-        _mm_prefetch((const char *)(ahead + l), _MM_HINT_T0);                                                      \
-      vec w[MMAX];                                                                                                 \
-      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) w[m] = LOADW(q + m * BW);                             \
-      _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r) {                                                        \
-        vec xv = VBCAST(x[r * K + k]);                                                                             \
-        _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) acc[r][m] = VFMA(xv, w[m], acc[r][m]);              \
-      }                                                                                                            \
-    }                                                                                                              \
-    _Pragma("GCC unroll 8") for (int r = 0; r < R; ++r)                                                           \
-      _Pragma("GCC unroll 4") for (int m = 0; m < MMAX; ++m) store(y + r * N, acc[r][m], bias, c0 + m * BW, N);   \
-  }
 
 /* R rows (R <= R2) against two groups at once (two streams), columns c0.. and c1.. */
 #define MICRO2(NAME, WT, LOADW, R)                                                                                 \
@@ -136,39 +108,42 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
   }
 
 #if R2 >= 4
-#define MICROS_OF(M, NAME, WT, LOADW) M(NAME, WT, LOADW, 1) M(NAME, WT, LOADW, 2) M(NAME, WT, LOADW, 3) \
-  M(NAME, WT, LOADW, 4)
+#define MICROS_OF(NAME, WT, LOADW) MICRO2(NAME, WT, LOADW, 1) MICRO2(NAME, WT, LOADW, 2) MICRO2(NAME, WT, LOADW, 3) \
+  MICRO2(NAME, WT, LOADW, 4)
 #define TABLE_OF(NAME) {0, NAME##_1, NAME##_2, NAME##_3, NAME##_4}
 #else
-#define MICROS_OF(M, NAME, WT, LOADW) M(NAME, WT, LOADW, 1) M(NAME, WT, LOADW, 2)
+#define MICROS_OF(NAME, WT, LOADW) MICRO2(NAME, WT, LOADW, 1) MICRO2(NAME, WT, LOADW, 2)
 #define TABLE_OF(NAME) {0, NAME##_1, NAME##_2}
 #endif
 
-/* x [rows, K], packed [ceil(N / G)][K][G], y [rows, N]; bias may be NULL; threads > 0. Group g runs beside group
- * g + half (an odd last group alone), the rows in balanced chunks of at most R2 (9 rows as 3 + 3 + 3). */
+/* Groups packed: an even number (a group of zero columns after an odd count), so that every group has a partner. */
+static int64_t group_count(int64_t N) {
+  const int64_t groups = (N + G - 1) / G;
+  return groups + (groups & 1);
+}
+
+/* Elements of a packed [N, K] weight (skinny_pack's output). */
+int64_t skinny_packed_size(int64_t N, int64_t K) { return group_count(N) * K * G; }
+
+/* x [rows, K], packed [groups][K][G] (group_count), y [rows, N]; bias may be NULL; threads > 0. Group g runs beside
+ * group g + half (the columns of a zero group past N are not stored), the rows in balanced chunks of at most R2 (9 rows
+ * as 3 + 3 + 3). */
 #define LINEAR(FN, WT, LOADW)                                                                                      \
-  MICROS_OF(MICRO, FN##_one, WT, LOADW)                                                                            \
-  MICROS_OF(MICRO2, FN##_two, WT, LOADW)                                                                           \
+  MICROS_OF(FN##_two, WT, LOADW)                                                                                   \
   void FN(const float *x, int64_t rows, int64_t K, const WT *packed, int64_t N, const float *bias, float *y,       \
           int threads) {                                                                                          \
-    typedef void (*one_fn)(const float *, int64_t, const WT *, float *, int64_t, int64_t, const float *);         \
     typedef void (*two_fn)(const float *, int64_t, const WT *, const WT *, float *, int64_t, int64_t, int64_t,    \
                            const float *);                                                                        \
-    static const one_fn ONE[] = TABLE_OF(FN##_one);                                                                \
     static const two_fn TWO[] = TABLE_OF(FN##_two);                                                                \
-    const int64_t groups = (N + G - 1) / G;                                                                        \
-    const int64_t half = (groups + 1) / 2;                                                                         \
+    const int64_t half = group_count(N) / 2;                                                                       \
     const int64_t chunks = (rows + R2 - 1) / R2;                                                                   \
     _Pragma("omp parallel for num_threads(threads) schedule(static) if (threads > 1 && half > 1)")                 \
     for (int64_t g = 0; g < half; ++g) {                                                                           \
-      const WT *p = packed + g * K * G, *p2 = packed + (g + half) * K * G;                                         \
       int64_t r0 = 0;                                                                                              \
       for (int64_t c = 0; c < chunks; ++c) {                                                                       \
         const int r = (int)((rows - r0) / (chunks - c));                                                           \
-        if (g + half < groups)                                                                                     \
-          TWO[r](x + r0 * K, K, p, p2, y + r0 * N, N, g * G, (g + half) * G, bias);                                \
-        else                                                                                                       \
-          ONE[r](x + r0 * K, K, p, y + r0 * N, N, g * G, bias);                                                    \
+        TWO[r](x + r0 * K, K, packed + g * K * G, packed + (g + half) * K * G, y + r0 * N, N, g * G,               \
+               (g + half) * G, bias);                                                                              \
         r0 += r;                                                                                                   \
       }                                                                                                            \
     }                                                                                                              \
@@ -177,9 +152,9 @@ static inline void store(float *y, vec v, const float *bias, int64_t c, int64_t 
 LINEAR(skinny_linear, float, LOAD_F32)
 LINEAR(skinny_linear_bf16, uint16_t, LOAD_BF16)
 
-/* W [N, K] row-major -> packed [ceil(N / G)][K][G], zero columns past N. */
+/* W [N, K] row-major -> packed [group_count(N)][K][G], zero columns past N. */
 void skinny_pack(const float *w, int64_t N, int64_t K, float *packed) {
-  const int64_t groups = (N + G - 1) / G;
+  const int64_t groups = group_count(N);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < G; ++j) {
@@ -198,7 +173,7 @@ static inline uint16_t to_bf16(float f) {
 }
 
 void skinny_pack_bf16(const float *w, int64_t N, int64_t K, uint16_t *packed) {
-  const int64_t groups = (N + G - 1) / G;
+  const int64_t groups = group_count(N);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < G; ++j) {
