@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 
-def load_smollm2():
-    """SmolLM2 (fp32, eval), its tokenizer padding on the left, and its end-of-turn id."""
+def load_smollm2(dtype=torch.float32):
+    """SmolLM2 (eval; fp32 unless told), its tokenizer padding on the left, and its end-of-turn id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from optimum_uag.models import smollm2
@@ -34,7 +34,7 @@ def load_smollm2():
     path = smollm2()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype).eval()
     return model, tok, tok.convert_tokens_to_ids("<|im_end|>")
 
 
@@ -70,7 +70,8 @@ def write_answers(model, tok, end: int, prompts: list[str], max_new_tokens: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True)
-    pools = ["head", "head_extra", "head_wave4", "head_wave5", "head_wave6", "head_rephrase", "distill"]
+    pools = ["head", "head_extra", "head_wave4", "head_wave5", "head_wave6", "head_rephrase", "head_wave7",
+             "distill"]
     parser.add_argument("--pool", choices=pools, default="head",
                         help="head: prompt_sets.head_training_prompts(); head_extra: head_extra_prompts() (the third "
                              "wave of items, stage 7); head_wave4 / head_wave5: head_wave4_prompts() / "
@@ -83,25 +84,33 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: a sampled pass")
     parser.add_argument("--seed", type=int, default=0, help="sampled passes: batch i is seeded with seed + i")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="bfloat16: the answers from SmolLM2 in bf16, ~3x the tokens a minute on a CPU with AMX "
+                             "(Intel Sapphire Rapids and later; elsewhere bf16 is emulated and slower). A training "
+                             "context only: train-draft labels every position with the fp32 target's own distribution")
     args = parser.parse_args()
     if args.temperature < 0:
         parser.error(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
     torch.set_num_threads(args.threads)
     from optimum_uag.models.prompt_sets import (head_extra_prompts, head_training_prompts, head_wave4_prompts,
                                                 head_rephrase_prompts, head_wave5_prompts, head_wave6_prompts,
+                                                head_wave7_prompts,
                                                 training_chat_prompts)
     from optimum_uag.runners.packed import packed_weights
 
-    model, tok, end = load_smollm2()
+    bf16 = args.dtype == "bfloat16"
+    if bf16 and not torch.backends.mkldnn.is_available():
+        parser.error("--dtype bfloat16 needs torch's oneDNN (mkldnn) backend")
+    model, tok, end = load_smollm2(torch.bfloat16 if bf16 else torch.float32)
     out = Path(args.output)
     done = answered(out)
     pool = {"head": head_training_prompts, "head_extra": head_extra_prompts, "head_wave4": head_wave4_prompts,
             "head_wave5": head_wave5_prompts, "head_wave6": head_wave6_prompts,
-            "head_rephrase": head_rephrase_prompts, "distill": training_chat_prompts}[args.pool]()
+            "head_rephrase": head_rephrase_prompts, "head_wave7": head_wave7_prompts, "distill": training_chat_prompts}[args.pool]()
     todo = sorted((p for p in pool if p not in done), key=lambda p: len(tok(p)["input_ids"]))
     print(f"[answers] {len(done)} answered before, {len(todo)} to answer", flush=True)
     t0, kept, answer_tokens = time.time(), 0, 0
-    with packed_weights(model, enabled=True) or contextlib.nullcontext():
+    with packed_weights(model, enabled=not bf16) or contextlib.nullcontext():  # packing is fp32
         for start in range(0, len(todo), args.batch):
             if time.time() - t0 > args.minutes * 60:
                 break
@@ -112,7 +121,7 @@ def main() -> None:
             print(f"[answers] {kept}/{len(todo)}, {answer_tokens} answer tokens, {(time.time() - t0) / 60:.1f} min",
                   flush=True)
     print(json.dumps({"answered": kept, "answer_tokens": answer_tokens, "minutes": round((time.time() - t0) / 60, 1),
-                      "batch": args.batch, "max_new_tokens": args.max_new_tokens,
+                      "batch": args.batch, "max_new_tokens": args.max_new_tokens, "dtype": args.dtype,
                       "temperature": args.temperature}), flush=True)
 
 

@@ -92,6 +92,28 @@ def test_the_rephrased_pool_asks_about_earlier_concepts_in_new_ways_only():
     for item in ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS + ps.HELDOUT_WRITING:
         assert item not in text, item
 
+
+def test_the_seventh_wave_asks_for_every_earlier_item_in_new_ways_only():
+    """head_wave7_prompts() (stage 12): every earlier pool's items under templates no pool used; no request of an
+    earlier pool or the held-out sets, no held-out item, and every family present."""
+    from optimum_uag.models import prompt_sets as ps
+
+    prompts = ps.head_wave7_prompts()
+    assert len(prompts) > 4000 and len(set(prompts)) == len(prompts)
+    earlier = {p for pool in (ps.head_training_prompts, ps.head_extra_prompts, ps.head_wave4_prompts,
+                              ps.head_wave5_prompts, ps.head_rephrase_prompts, ps.head_wave6_prompts) for p in pool()}
+    assert not set(prompts) & earlier
+    assert not set(prompts) & (set(heldout_chat_prompts()) | set(ps.grounded_chat_prompts()))
+    families = [ps.CODE_REPHRASE_TEMPLATES, ps.EXPLAIN_REPHRASE_TEMPLATES, ps.LIST_REPHRASE_TEMPLATES,
+                ps.JSON_REPHRASE_TEMPLATES, ps.WRITING_REPHRASE_TEMPLATES]
+    for templates in families:
+        assert any(p.startswith(t.split("{")[0]) for t in templates for p in prompts)
+    assert any(p.startswith("Translate this sentence into ") for p in prompts)
+    text = "\n".join(prompts)
+    for item in ps.HELDOUT_CODE_TASKS + ps.HELDOUT_CONCEPTS + ps.HELDOUT_SENTENCES + ps.HELDOUT_LIST_THINGS:
+        assert item not in text, item
+
+
 def test_chat_prompts_stays_a_function_after_the_prompt_module_is_imported():
     """Its submodule was once named chat_prompts too: importing it replaced the package's function by the module
     (a second `optimum_uag.models.chat_prompts()` raised "'module' object is not callable")."""

@@ -1110,3 +1110,52 @@ def head_wave6_prompts(seed: int = 0) -> list[str]:
     nor the held-out sets."""
     return _wave("WAVE6", random.Random(seed + 11), [head_training_prompts(seed), head_extra_prompts(seed),
                                                       head_wave4_prompts(seed), head_wave5_prompts(seed)])
+
+
+# The seventh wave (stage 12): no new items; every earlier pool's items (the six lists of each family) under request
+# templates no pool used, drawn per item. Users ask for the same things in many ways; the head met each item under one
+# or two phrasings.
+CODE_REPHRASE_TEMPLATES = ["How do I write a Python function that {}?",
+                           "Write a Python function that {}. Include an example of how to call it.",
+                           "Write a TypeScript function that {}.", "Write a short Python script that {}.",
+                           "Write a JavaScript function that {}, with comments."]
+EXPLAIN_REPHRASE_TEMPLATES = ["What are the pros and cons of {}?", "Give three facts about {}.",
+                              "Explain {} step by step.", "How does {} work?", "Summarize {} in one paragraph.",
+                              "What is {} and why does it matter?"]
+LIST_REPHRASE_TEMPLATES = ["Give me {} {}.", "What are {} {}?", "Can you list {} {}?"]
+JSON_REPHRASE_TEMPLATES = ["Show {} as a JSON object with the fields {}.",
+                           "Create a JSON array of two examples of {} with the fields {}.",
+                           "Write a JSON object for {} with the fields {}, then explain each field."]
+TRANSLATE_REPHRASE_TEMPLATES = ["How do you say \"{}\" in {}?", "Translate this sentence into {1}: {0}"]
+WRITING_REPHRASE_TEMPLATES = ["Write a short dialogue about {}.", "Write a tweet about {}.",
+                              "Write a short email to a friend about {}.", "Write a limerick about {}."]
+_POOLS = ("", "WIDE_", "MORE_", "WAVE4_", "WAVE5_", "WAVE6_")
+
+
+def _every(name: str) -> list:
+    """Every pool's list NAME (CONCEPTS, WIDE_CONCEPTS, ..., WAVE6_CONCEPTS), in order."""
+    return [item for prefix in _POOLS for item in globals()[f"{prefix}{name}"]]
+
+
+def head_wave7_prompts(seed: int = 0) -> list[str]:
+    """The seventh wave of the head's pool (stage 12): every earlier pool's code tasks, concepts, list topics, JSON
+    entities and sentences under request templates none of them used (two drawn per item; one writing request per
+    concept), and the sixth wave's concepts under REPHRASE_TEMPLATES; in no earlier pool nor the held-out sets."""
+    rng = random.Random(seed + 12)
+    prompts = {t.format(task) for task in _every("CODE_TASKS") for t in rng.sample(CODE_REPHRASE_TEMPLATES, 2)}
+    concepts = _every("CONCEPTS")
+    prompts |= {t.format(c) for c in concepts for t in rng.sample(EXPLAIN_REPHRASE_TEMPLATES, 2)}
+    prompts |= {rng.choice(WRITING_REPHRASE_TEMPLATES).format(c) for c in concepts}
+    prompts |= {t.format(c) for c in WAVE6_CONCEPTS for t in rng.sample(REPHRASE_TEMPLATES, 2)}
+    prompts |= {t.format(n, thing) for thing in _every("LIST_THINGS")
+                for t, n in zip(rng.sample(LIST_REPHRASE_TEMPLATES, 2), rng.sample([4, 6, 10], 2))}
+    prompts |= {t.format(e, f) for e, f in _every("JSON_ENTITIES") for t in rng.sample(JSON_REPHRASE_TEMPLATES, 2)}
+    prompts |= {t.format(s, lang) for s in _every("SENTENCES")
+                for t, lang in zip(TRANSLATE_REPHRASE_TEMPLATES, rng.sample(TARGET_LANGUAGES, 2))}
+    taken = set(heldout_chat_prompts()) | set(grounded_chat_prompts())
+    taken |= {p for pool in (head_training_prompts(seed), head_extra_prompts(seed), head_wave4_prompts(seed),
+                             head_wave5_prompts(seed), head_rephrase_prompts(seed), head_wave6_prompts(seed))
+              for p in pool}
+    prompts = sorted(prompts - taken)
+    rng.shuffle(prompts)
+    return prompts
