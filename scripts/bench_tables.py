@@ -211,6 +211,25 @@ def tables() -> dict:
     reach = _load(RESULTS / "gate_reach_intel.json")  # benchmarks/bench_gate_reach.py
     if reach is not None:
         out["gate_reach_intel"] = ab_table({"groups": {f"chat@4, {reach['prompts']} requests": reach}})
+    line = _load(RESULTS / "cost_line.json")  # benchmarks/bench_cost_line.py, {"runs": [results of one run]}
+    if line is not None:
+        out["cost_line"] = ab_table({"groups": {f"chat@4, run {i + 1}": run for i, run in enumerate(line["runs"])}})
+        lines = ["| run | row | mean K | K: rounds | round time / t0 at K | line c / s (of t0) | rounds without a draft |",
+                 "|---|---|---|---|---|---|---|"]
+        for i, run in enumerate(line["runs"]):
+            for name, row in run["rows"].items():
+                r = row.get("rounds")
+                if not r:
+                    continue
+                hist = ", ".join(f"{k}: {n}" for k, n in r.get("k_histogram", {}).items())
+                rel = ", ".join(f"{k}: {v:.2f}" for k, v in r["round_seconds_over_t0_median"].items())
+                fit = r.get("line_over_t0_median")
+                fit = f"{fit['c']:.2f} / {fit['s']:.2f}" if fit else "-"
+                lines.append(f"| {i + 1} | {name} | {r.get('mean_k', 0):.2f} | {hist} | {rel} | {fit} | "
+                             f"{r['rounds_without_draft']} of {r['rounds_without_draft'] + r['drafting_rounds']} |")
+        out["cost_line_rounds"] = "\n".join(lines) + (
+            "\n\nEach adaptive row's rounds over every repeat (the medians per K of a round's time over the t0 of "
+            "its time; the fitted line where one was in use).")
     curve = _load(RESULTS / "verify_cost_intel.json")  # benchmarks/bench_verify_cost.py
     if curve is not None:
         widths = list(curve["runs"][0]["relative"])

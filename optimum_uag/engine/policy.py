@@ -21,11 +21,13 @@ without one (with the K the estimates favour, the cheapest when the draft is cos
 passage the draft knows bring it back (drafting resumes once its expected rate exceeds the rate without it). The
 first drafting round after rounds without a draft is not timed (its acceptance counts): it also runs the draft
 over the tokens committed meanwhile, a cost of having stopped, not of drafting. s is priced against the current
-t0 (a refreshed t0 re-prices every past drafting round). Inside a drafting round a chain is cut by a gate: a token
-after the first is verified only while the active rows' mean cumulative draft probability is at least what one more
-token costs at the best chain's rate (gate()); K is then the gate's ceiling, one past the best fixed length. At
-batch > 1 one verify serves every row, so a position pays by the rows likely to reach it: a fixed K must be short
-for the unsure rows. While
+t0 (a refreshed t0 re-prices every past drafting round). A drafting round's extra time is fitted as a line c + s K
+over the timed rounds once their K has varied (cost_line()): a round's fixed part (the draft's catch-up, the verify's
+start) priced per drafted token made every longer chain look dearer (at batch 4: c 0.13 t0, s 0.19 t0 a token).
+Inside a drafting round a chain is cut by a gate: a token after the first is verified only while the active rows'
+mean cumulative draft probability is at least what one more token costs at the best chain's rate (gate()), up to
+the best fixed length. At batch > 1 one verify serves every row, so a position pays by the rows likely to reach it:
+a fixed K must be short for the unsure rows. While
 drafting, a round without a draft every 32 rounds keeps t0 current (this CPU drifts 25-35% within minutes); every
 128 while drafting's rate is 1.35x or more. A draft
 tree (a feature head's default) is one option against no draft, its tokens and time per round measured as they
@@ -85,14 +87,22 @@ CATCH_UP = 2  # rounds without a draft after which the next drafting round's tim
 # a chain's K past the best fixed length, for the gate to cut (gate()). SmolLM2 + its head, chat at batch 4, 16
 # held-out requests, interleaved, median of 3 (benchmarks/results/batch4_policy.json, run 5): 1 past the best 1.14x
 # the fastest target-only path, 2 past it 1.05x (15% of its rounds without a draft against 5%), 0 past it 1.14x
-# (1.145 vs 1.140; means 1.13 vs 1.11): one past leaves the gate a token to cut where the rows are sure
-GATE_REACH = 1
+# (1.145 vs 1.140; means 1.13 vs 1.11). With the cost line (COST_LINE), whose K is already longer where a round's fixed
+# part pays for it, one past drafted too much: mean K 1.99, 1.09x against 1.14x at 0 past (benchmarks/results/
+# cost_line.json, Intel Xeon)
+GATE_REACH = 0
 # the share of a drafted token's measured cost (draft step + verify width) still ahead when the gate judges it: its
 # draft step has run. SmolLM2 + its head, chat at batch 4 (benchmarks/results/batch4_policy.json): the adaptive chain
 # with the gate 1.11-1.16x the fastest target-only path in runs 1-4, with it off 0.99-1.05x in three (K 2 past the
 # best)
 GATE_SHARE = 0.6
 GATE_MAX = 0.9  # the gate never asks more of a token than this cumulative draft probability
+# a chain round's cost as a line c + s K fitted over the timed rounds (AdaptivePolicy.cost_line), not s K alone;
+# LINE_DECAY per timed chain round on its sums (~20 rounds: the line needs rounds of several K, and this CPU drifts)
+COST_LINE = True
+LINE_DECAY = 0.95
+LINE_MIN_WEIGHT = 6.0  # decayed timed rounds before the line is used
+LINE_MIN_VAR = 0.15  # variance of their K below which the line is not fitted (K = 1 + 0 / 1 in 1 round of 6: 0.14)
 MAX_K = 8  # the longest chain the policy drafts (a 9-token verify costs ~1.3 one-token forwards on this CPU)
 
 
@@ -138,6 +148,9 @@ class AdaptivePolicy:
                                key=lambda k: sum(0.6 ** i for i in range(k + 1)) / (1 + (cost + 0.03) * k))
         self.t0: float | None = None  # seconds per round without a draft
         self.chain_sums = [0.0, 0.0]  # EMAs of a timed chain round's seconds and drafted tokens (s, with t0)
+        # decayed sums over timed chain rounds of 1, K, K^2, seconds, K * seconds: a drafting round's cost as a fixed
+        # part and a part per drafted token (cost_line())
+        self.line_sums = [0.0] * 5
         self.tree_rate: float | None = None  # tokens per second of tree rounds
         self.tree_sums = [0.0, 0.0]  # decayed tokens and seconds of tree rounds
         self.tree_count = 0.0  # decayed number of tree rounds (the weight of their rate against the prior)
@@ -153,6 +166,37 @@ class AdaptivePolicy:
         self.seen = [0, 0]  # rounds observed without / with a draft (the first of each is a warm-up, not timed)
 
     # --------------------------------------------------------------------------------------------- estimates
+    def cost_line(self) -> tuple[float, float] | None:
+        """(c, s): a drafting round's extra seconds over t0 as c + s K, fitted (least squares, decayed) over the timed
+        chain rounds once their K has varied (the gate cuts chains, so it does); None until then. A round's fixed
+        part (the draft's catch-up over the tokens the last round committed, the gate's reads, the verify's own
+        start) priced per drafted token makes every longer chain look dearer than it is: at batch 4 the chain
+        stayed at K=1 (mean 1.10) where a fixed K=2 ran 4-5% faster."""
+        if not COST_LINE or self.t0 is None:
+            return None
+        w, sk, skk, st, skt = self.line_sums
+        if w < LINE_MIN_WEIGHT:
+            return None
+        mk, mt = sk / w, st / w
+        var = skk / w - mk * mk
+        if var < LINE_MIN_VAR:
+            return None
+        slope = (skt / w - mk * mt) / var
+        c = mt - self.t0 - slope * mk
+        if slope <= 0 or c < 0:  # noise, or a fixed part below zero: the line through the mean (c = 0) instead
+            return None
+        return c, slope
+
+    def _cost(self, k: int) -> float:
+        """Extra seconds over t0 of a chain round drafting k tokens."""
+        line = self.cost_line()
+        return self.s * k if line is None else line[0] + line[1] * k
+
+    def _marginal(self) -> float:
+        """Extra seconds of one more drafted token."""
+        line = self.cost_line()
+        return self.s if line is None else line[1]
+
     @property
     def s(self) -> float | None:
         """Extra seconds per drafted token (chain): the timed drafting rounds' mean seconds over the current t0, per
@@ -181,7 +225,7 @@ class AdaptivePolicy:
         """The chain length with the most expected tokens per second (K >= 1), and that rate relative to t0."""
         best, rate = 1, 0.0
         for k in range(1, self.max_k + 1):
-            r = self.expected_tokens(k) * self.t0 / (self.t0 + self.s * k)
+            r = self.expected_tokens(k) * self.t0 / (self.t0 + self._cost(k))
             if r > rate:
                 best, rate = k, r
         return best, rate
@@ -196,11 +240,11 @@ class AdaptivePolicy:
         if self.tree or self.t0 is None or self.s is None or self.t0 <= 0:
             return None
         k, _ = self.best_k()
-        return min(GATE_MAX, GATE_SHARE * self.s * self.expected_tokens(k) / (self.t0 + self.s * k))
+        return min(GATE_MAX, GATE_SHARE * self._marginal() * self.expected_tokens(k) / (self.t0 + self._cost(k)))
 
     def ceiling(self) -> float:
         """The rate a chain would reach with every drafted token accepted, relative to no draft (cost alone)."""
-        return max((k + 1) * self.t0 / (self.t0 + self.s * k) for k in range(1, self.max_k + 1))
+        return max((k + 1) * self.t0 / (self.t0 + self._cost(k)) for k in range(1, self.max_k + 1))
 
     # --------------------------------------------------------------------------------------------- choice
     def next(self) -> int:
@@ -290,6 +334,7 @@ class AdaptivePolicy:
         first = self.chain_sums[1] == 0
         self.chain_sums = [seconds if first else (1 - EMA) * self.chain_sums[0] + EMA * seconds,
                            k if first else (1 - EMA) * self.chain_sums[1] + EMA * k]
+        self.line_sums = [LINE_DECAY * a + b for a, b in zip(self.line_sums, (1.0, k, k * k, seconds, k * seconds))]
         self._count(k, accepted_hist)
 
     def _count(self, k: int, accepted_hist: list[int] | None) -> None:
