@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """chat@4 A/B of the adaptive chain's cost model (engine/policy.py): a drafting round's extra time over a round
-without a draft as a fitted line c + s K (COST_LINE, the default) against s K alone (the line through the origin,
-before), beside fixed K=1 / K=2 chains; SmolLM2-135M-Instruct + its head, fp32, rows interleaved per batch of prompts
+without a draft as a fitted line c + s K (COST_LINE; the default, with the gate up to the best fixed length: GATE_REACH
+0) against s K alone (the line through the origin, before, with GATE_REACH 1), beside fixed K=1 / K=2 chains; SmolLM2-135M-Instruct + its head, fp32, rows interleaved per batch of prompts
 (bench_feature_head.run_group), median of the repeats, ratios against the prepacked target-only row of the same run.
 Each adaptive row also reports its chains' K (mean, histogram) and each forced K's measured round time over t0.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -60,9 +61,9 @@ def main():
                 policy.AdaptivePolicy._choose = choose
         return fn
 
-    drafted = {"cost line (default)": ours("cost line (default)"),
-            "cost line, reach 0": ours("cost line, reach 0", reach=0),
-            "s K (before)": ours("s K (before)", line=False),
+    drafted = {"cost line, reach 1": ours("cost line, reach 1", reach=1),
+            "cost line, reach 0 (default)": ours("cost line, reach 0 (default)"),
+            "s K, reach 1 (before)": ours("s K, reach 1 (before)", line=False, reach=1),
             "fixed K=1": ours("fixed K=1", num_assistant_tokens=1, prompt_lookup_num_tokens=0),
             "fixed K=2": ours("fixed K=2", num_assistant_tokens=2, prompt_lookup_num_tokens=0),
             "forced K=1": ours("forced K=1", forced=1), "forced K=2": ours("forced K=2", forced=2)}
@@ -93,7 +94,7 @@ def main():
                                             "rounds_with_line": len(lines)}
         res["rows"][name]["rounds"] = stats
     res["shipped_cost_line"] = policy.COST_LINE
-    res.update(command="python benchmarks/bench_cost_line.py " + " ".join(sys.argv[1:]), cpu=cpu_name(),
+    res.update(command="python benchmarks/bench_cost_line.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]), cpu=cpu_name(),
                date=time.strftime("%Y-%m-%d"))
     print_rows(res, 24)
     for name in rounds:
