@@ -179,14 +179,15 @@ def test_a_rounds_fixed_cost_is_not_priced_per_drafted_token():
         policy.observe(k, 1.0 + 0.2 + 0.1 * k, k + 1, 1, [0] * k + [1])  # every drafted token accepted
     c, s = policy.cost_line()
     assert abs(c - 0.2) < 1e-6 and abs(s - 0.1) < 1e-6
-    assert abs(policy._cost(3) - 0.5) < 1e-6 and abs(policy._marginal() - 0.1) < 1e-6
+    c3, s3 = policy._line()
+    assert abs(c3 + 3 * s3 - 0.5) < 1e-6 and abs(s3 - 0.1) < 1e-6
     best, rate = policy.best_k()
     assert best == policy.max_k and abs(rate - policy.expected_tokens(best) / (1.2 + 0.1 * best)) < 1e-9
     flat = AdaptivePolicy(start_k=3)
     flat.t0 = 1.0
     for _ in range(10):
         flat.observe(2, 1.4, 3, 1, [0, 0, 1])
-    assert flat.cost_line() is None and abs(flat._cost(3) - 3 * flat.s) < 1e-9 and abs(flat.s - 0.2) < 1e-9
+    assert flat.cost_line() is None and flat._line() == (0.0, flat.s) and abs(flat.s - 0.2) < 1e-9
 
 
 def test_the_cost_line_gives_up_on_noise_that_reads_a_negative_fixed_part():
@@ -196,7 +197,7 @@ def test_the_cost_line_gives_up_on_noise_that_reads_a_negative_fixed_part():
     policy.t0 = 1.0
     for k in [1, 3, 1, 3, 1, 3, 1, 3]:
         policy.observe(k, 1.6 if k == 1 else 1.3, 2, 1, [1, 0] if k == 1 else [1, 0, 0, 0])
-    assert policy.cost_line() is None and policy._cost(2) > 0
+    assert policy.cost_line() is None and policy._line()[0] == 0.0 and policy._line()[1] > 0
 
 
 def test_a_refreshed_t0_reprices_every_drafting_round_at_once():

@@ -187,15 +187,11 @@ class AdaptivePolicy:
             return None
         return c, slope
 
-    def _cost(self, k: int) -> float:
-        """Extra seconds over t0 of a chain round drafting k tokens."""
+    def _line(self) -> tuple[float, float]:
+        """(c, s) of a chain round's extra seconds over t0, c + s K: the fitted line, else the line through the mean
+        (c = 0). Fitted once per caller: best_k, gate and ceiling each price every K with it."""
         line = self.cost_line()
-        return self.s * k if line is None else line[0] + line[1] * k
-
-    def _marginal(self) -> float:
-        """Extra seconds of one more drafted token."""
-        line = self.cost_line()
-        return self.s if line is None else line[1]
+        return (0.0, self.s) if line is None else line
 
     @property
     def s(self) -> float | None:
@@ -224,8 +220,9 @@ class AdaptivePolicy:
     def best_k(self) -> tuple[int, float]:
         """The chain length with the most expected tokens per second (K >= 1), and that rate relative to t0."""
         best, rate = 1, 0.0
+        c, s = self._line()
         for k in range(1, self.max_k + 1):
-            r = self.expected_tokens(k) * self.t0 / (self.t0 + self._cost(k))
+            r = self.expected_tokens(k) * self.t0 / (self.t0 + c + s * k)
             if r > rate:
                 best, rate = k, r
         return best, rate
@@ -240,11 +237,13 @@ class AdaptivePolicy:
         if self.tree or self.t0 is None or self.s is None or self.t0 <= 0:
             return None
         k, _ = self.best_k()
-        return min(GATE_MAX, GATE_SHARE * self._marginal() * self.expected_tokens(k) / (self.t0 + self._cost(k)))
+        c, s = self._line()
+        return min(GATE_MAX, GATE_SHARE * s * self.expected_tokens(k) / (self.t0 + c + s * k))
 
     def ceiling(self) -> float:
         """The rate a chain would reach with every drafted token accepted, relative to no draft (cost alone)."""
-        return max((k + 1) * self.t0 / (self.t0 + self._cost(k)) for k in range(1, self.max_k + 1))
+        c, s = self._line()
+        return max((k + 1) * self.t0 / (self.t0 + c + s * k) for k in range(1, self.max_k + 1))
 
     # --------------------------------------------------------------------------------------------- choice
     def next(self) -> int:
