@@ -515,6 +515,61 @@ def test_a_features_folder_extended_with_more_datasets_extracts_and_trains_on_th
     assert result["train_sequences"] + result["heldout_sequences"] == 6
     assert train_feature_head(model, work, tmp_path / "all", **common)["folder_sequences_left_out"] == 0
 
+def test_bf16_features_are_kept_apart_and_bf16_training_follows_float32(target, prompts, tmp_path):
+    """Features written by a bfloat16 copy of the target are close to float32's (the teacher's top token mostly the
+    same), the folder records their precision and refuses float32 extraction into it (and the reverse); mixed-precision
+    training (bf16=True) computes float32's loss and gradients to bfloat16's rounding, trains and says so in its log."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from optimum_uag.training.feature import _batch, _loss, extract_features, load_shards, train_feature_head
+
+    model, tok = target
+    seqs = [tok(p * 2)["input_ids"][:48] for p in prompts[:8]]
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    info = extract_features(half, seqs, tmp_path / "bf16", log=lambda m: None)
+    assert info["dtype"] == "bfloat16" and info["tokens_this_run"] == sum(len(s) for s in seqs)
+    assert extract_features(model, seqs, tmp_path / "fp32", log=lambda m: None)["dtype"] == "float32"
+    with pytest.raises(ValueError, match="written in bfloat16, not float32"):
+        extract_features(model, seqs[:2], tmp_path / "bf16", log=lambda m: None)
+    with pytest.raises(ValueError, match="written in float32, not bfloat16"):
+        extract_features(half, seqs[:2], tmp_path / "fp32", log=lambda m: None)
+    a = torch.cat([r["features"].float() for r in load_shards(tmp_path / "bf16")])
+    b = torch.cat([r["features"].float() for r in load_shards(tmp_path / "fp32")])
+    assert not torch.equal(a, b)  # another precision, really
+    assert float((a - b).pow(2).mean().sqrt() / b.pow(2).mean().sqrt()) < 0.1
+    top_a = torch.cat([r["top_i"][:, 0] for r in load_shards(tmp_path / "bf16")])
+    top_b = torch.cat([r["top_i"][:, 0] for r in load_shards(tmp_path / "fp32")])
+    assert float((top_a == top_b).float().mean()) > 0.8
+    # mixed precision computes the float32 loss and gradients to bfloat16's rounding
+    records = load_shards(tmp_path / "bf16")
+    head = make_head(model, 300)
+    embed = model.get_input_embeddings()
+    t2d = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
+    t2d[head.draft_ids()] = torch.arange(300)
+    batch = _batch(records, [(0, 0), (1, 3), (2, 0), (3, 5)], 24, 2, "cpu")
+    params = [p for p in head.parameters() if p.requires_grad]
+    runs = []
+    for bf16 in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _ = _loss(head, embed, t2d, batch, 2, 0.0, 1.0, 0.2)
+        runs.append((loss, torch.cat([g.flatten() for g in torch.autograd.grad(loss, params)])))
+    (loss32, grad32), (loss16, grad16) = runs
+    assert not torch.equal(grad32, grad16)  # autocast really ran in bfloat16
+    assert abs(float(loss16 - loss32)) < 0.02 * abs(float(loss32))
+    assert float(F.cosine_similarity(grad16, grad32, dim=0)) > 0.99
+    start = tmp_path / "start"
+    save_feature_head(head, start)
+    result = train_feature_head(model, tmp_path / "bf16", tmp_path / "head", target_name="test-target", minutes=0.05,
+                                steps=2, window=24, batch_size=2, holdout=0.25, start_from=start, bf16=True,
+                                log=lambda m: None)
+    assert result["precision"] == "bf16 autocast" and result["steps"] > 0
+    trained = load_feature_head(tmp_path / "head")
+    assert any(not torch.equal(a, b.to(a.dtype)) for a, b in zip(trained.state_dict().values(),
+                                                                   head.state_dict().values()))
+
+
 @pytest.mark.parametrize("tree", [False, True])
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
 def test_fused_head_matches_target(target, prompts, tree, kind):

@@ -102,7 +102,11 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
         raise ValueError(f"{out_dir} holds features of layers {stored}, not {layers}: use another --work_dir")
     if not meta.exists() and any(out_dir.glob("features-*.pt")) and layers:
         raise ValueError(f"{out_dir} holds final-norm features only, not layers {layers}: use another --work_dir")
-    meta.write_text(json.dumps({"feature_layers": layers}) + "\n")
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    stored_dtype = json.loads(meta.read_text()).get("dtype", "float32") if meta.exists() else dtype
+    if stored_dtype != dtype and shard_index(out_dir):
+        raise ValueError(f"{out_dir} holds features written in {stored_dtype}, not {dtype}: use another --work_dir")
+    meta.write_text(json.dumps({"feature_layers": layers, "dtype": dtype}) + "\n")
     device = next(model.parameters()).device
     t0 = time.time()
     index = shard_index(out_dir)
@@ -148,7 +152,8 @@ def extract_features(model, sequences: list[list[int]], out_dir: str | Path, *, 
         log(_progress(lo + len(rows), total, t0, f"[features] shard {shard_no} ({lo + len(rows)}/{total} sequences)"))
     shards = sorted(out_dir.glob("features-*.pt"))
     return {"sequences": len(sequences), "already_extracted": len(sequences) - total, "tokens_this_run": done_tokens,
-            "shards": len(shards), "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers}
+            "shards": len(shards), "minutes": round((time.time() - t0) / 60, 2), "feature_layers": layers,
+            "dtype": dtype}
 
 
 def stored_layers(data_dir: str | Path) -> list[int]:
@@ -400,14 +405,15 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
                        log: Callable[[str], None] = print, holdout: float = 0.05,
                        freeze_lm_head: bool = True, start_from: str | Path | None = None,
                        eval_dir: str | Path | None = None, feature_layers: list[int] | tuple = (),
-                       sequences: Iterable | None = None) -> dict:
+                       sequences: Iterable | None = None, bf16: bool = False) -> dict:
     """Train a head on the shards in data_dir within `minutes`; save it (fp16) to output_dir; return the log.
 
     Whole sequences (a random `window`-pair span of longer ones), drawn uniformly (every conversation counts the
     same, however short), the loss on the tokens of each sequence's loss mask (the answers); the held-out split is
     by group (prompt); the LM head's rows are the target's, frozen unless freeze_lm_head=False. With `sequences`
     (what extract_features was given), the folder's other sequences (of datasets a run no longer names) are left
-    out."""
+    out. bf16: the head's forward and backward autocast to bfloat16 (float32 weights, gradients and optimizer; the
+    held-out evaluation in float32)."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     records = [r for r in load_shards(data_dir) if len(r["ids"]) >= steps + 3]
@@ -477,8 +483,9 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
             n = len(records[r]["ids"])
             picks.append((r, rng.randrange(0, n - window - steps) if n > window + steps else 0))
         del order[:batch_size]
-        loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu", width), steps, noise * scale,
-                            reg_weight, ce_weight, scale)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, stats = _loss(head, embed, t2d, _batch(records, picks, window, steps, "cpu", width), steps,
+                                noise * scale, reg_weight, ce_weight, scale)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -498,6 +505,7 @@ def train_feature_head(model, data_dir: str | Path, output_dir: str | Path, *, t
               "init_head": str(start_from) if start_from is not None else None,
               "draft_vocab_size": len(vocab_ids) if vocab_ids is not None else None,
               "unroll_steps": steps, "window": window, "batch_size": batch_size, "lr": lr, "noise": noise,
+              "precision": "bf16 autocast" if bf16 else "float32",
               "feature_rms": scale, "feature_layers": head.feature_layers or None, "lm_head": "frozen (the target's rows)" if freeze_lm_head and own_rows else "trained",
               "loss_on": "each sequence's loss mask (conversations: the assistant's answers)",
               "heldout": evaluation, "history": history[-20:]}
