@@ -1,0 +1,44 @@
+#!/usr/bin/env python
+"""Feature heads measured side by side on one held-out features folder (train-draft's --eval_dataset features,
+WORK_DIR/eval): first-token agreement per drafting step at the answer tokens, simulated chain tau and top-4 tree tau
+(training/feature.py: evaluate_head), as train-draft reports them; one JSON line per head.
+
+    python benchmarks/eval_head.py W/s14/features/eval optimum_uag/models/smollm2_head W/s14/head
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("eval_dir", help="a features folder (float32 features of held-out sequences)")
+    parser.add_argument("heads", nargs="+", help="head directories")
+    parser.add_argument("--model_name_or_path", default="smollm2")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from optimum_uag.cli.loading import resolve_model_name
+    from optimum_uag.engine.drafters.feature_head import load_feature_head
+    from optimum_uag.training.feature import evaluate_head, load_shards
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_name(args.model_name_or_path),
+                                                 dtype=torch.float32).eval()
+    embed = model.get_input_embeddings()
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    records = [r for r in load_shards(args.eval_dir) if len(r["ids"]) >= 6]
+    for path in args.heads:
+        head = load_feature_head(path, dtype=torch.float32).eval()
+        ids, t2d = head.draft_ids(), None
+        if ids is not None:
+            t2d = torch.full((vocab,), -1, dtype=torch.long)
+            t2d[ids] = torch.arange(len(ids))
+        print(path, json.dumps(evaluate_head(head, embed, t2d, records, 384, 3, width=head.feature_size)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
