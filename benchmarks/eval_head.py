@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Feature heads measured side by side on one held-out features folder (train-draft's --eval_dataset features,
 WORK_DIR/eval): first-token agreement per drafting step at the answer tokens, simulated chain tau and top-4 tree tau
-(training/feature.py: evaluate_head), as train-draft reports them; one JSON line per head.
+(training/feature.py: evaluate_head), as train-draft reports them; one JSON line per head. Then each later head against
+the first, paired at the same positions (first drafting step): the positions only one of the two gets right, and
+McNemar's z on them (|z| < 2: the difference is inside the noise of this held-out set).
 
     python benchmarks/eval_head.py W/s14/features/eval optimum_uag/models/smollm2_head W/s14/head
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import torch
 
@@ -23,7 +26,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from optimum_uag.cli.loading import resolve_model_name
     from optimum_uag.engine.drafters.feature_head import load_feature_head
-    from optimum_uag.training.feature import evaluate_head, load_shards
+    from optimum_uag.training.feature import _batch, evaluate_head, load_shards
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_name(args.model_name_or_path),
@@ -31,13 +34,34 @@ def main() -> None:
     embed = model.get_input_embeddings()
     vocab = int(model.get_output_embeddings().weight.shape[0])
     records = [r for r in load_shards(args.eval_dir) if len(r["ids"]) >= 6]
+    right = []
     for path in args.heads:
         head = load_feature_head(path, dtype=torch.float32).eval()
         ids, t2d = head.draft_ids(), None
         if ids is not None:
             t2d = torch.full((vocab,), -1, dtype=torch.long)
             t2d[ids] = torch.arange(len(ids))
-        print(path, json.dumps(evaluate_head(head, embed, t2d, records, 384, 3, width=head.feature_size)), flush=True)
+        with torch.no_grad():
+            print(path, json.dumps(evaluate_head(head, embed, t2d, records, 384, 3, width=head.feature_size)),
+                  flush=True)
+            right.append(first_step_right(head, embed, records, _batch))
+    for path, ok in zip(args.heads[1:], right[1:]):
+        only_first, only_this = int((right[0] & ~ok).sum()), int((ok & ~right[0]).sum())
+        z = (only_this - only_first) / math.sqrt(max(only_this + only_first, 1))
+        print(f"{path} vs {args.heads[0]}", json.dumps({"positions": len(ok), "both_right": int((ok & right[0]).sum()),
+              "only_first_right": only_first, "only_this_right": only_this, "mcnemar_z": round(z, 2)}), flush=True)
+
+
+def first_step_right(head, embed, records, batch) -> torch.Tensor:
+    """Whether the head's first drafted token is the target's argmax, at every answer position of the records."""
+    out = []
+    for rec in records:
+        feats, toks, _, ti, keep = batch([rec], [(0, 0)], max(384, len(rec["ids"])), 3, "cpu", head.feature_size)
+        length = feats.shape[1] - 3
+        top = head.logits(head.unrolled(feats[:, :length], embed(toks).float(), 3)[0]).argmax(-1)
+        top = top if head.draft_ids() is None else top + head.d2t[top]
+        out.append((top == ti[:, :length, 0])[keep[:, :length]])
+    return torch.cat(out)
 
 
 if __name__ == "__main__":
