@@ -26,7 +26,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from optimum_uag.cli.loading import resolve_model_name
     from optimum_uag.engine.drafters.feature_head import load_feature_head
-    from optimum_uag.training.feature import _batch, evaluate_head, load_shards
+    from optimum_uag.training.feature import evaluate_head, load_shards
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_name(args.model_name_or_path),
@@ -41,27 +41,17 @@ def main() -> None:
         if ids is not None:
             t2d = torch.full((vocab,), -1, dtype=torch.long)
             t2d[ids] = torch.arange(len(ids))
+        first = []
         with torch.no_grad():
-            print(path, json.dumps(evaluate_head(head, embed, t2d, records, 384, 3, width=head.feature_size)),
-                  flush=True)
-            right.append(first_step_right(head, embed, records, _batch))
+            report = evaluate_head(head, embed, t2d, records, 384, 3, width=head.feature_size, first_step=first)
+        print(path, json.dumps(report), flush=True)
+        right.append(torch.cat(first))
     for path, ok in zip(args.heads[1:], right[1:]):
         only_first, only_this = int((right[0] & ~ok).sum()), int((ok & ~right[0]).sum())
         z = (only_this - only_first) / math.sqrt(max(only_this + only_first, 1))
         print(f"{path} vs {args.heads[0]}", json.dumps({"positions": len(ok), "both_right": int((ok & right[0]).sum()),
               "only_first_right": only_first, "only_this_right": only_this, "mcnemar_z": round(z, 2)}), flush=True)
 
-
-def first_step_right(head, embed, records, batch) -> torch.Tensor:
-    """Whether the head's first drafted token is the target's argmax, at every answer position of the records."""
-    out = []
-    for rec in records:
-        feats, toks, _, ti, keep = batch([rec], [(0, 0)], max(384, len(rec["ids"])), 3, "cpu", head.feature_size)
-        length = feats.shape[1] - 3
-        top = head.logits(head.unrolled(feats[:, :length], embed(toks).float(), 3)[0]).argmax(-1)
-        top = top if head.draft_ids() is None else top + head.d2t[top]
-        out.append((top == ti[:, :length, 0])[keep[:, :length]])
-    return torch.cat(out)
 
 
 if __name__ == "__main__":

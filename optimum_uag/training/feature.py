@@ -567,7 +567,8 @@ def _loss(head, embed, t2d, batch, steps, noise, reg_weight, ce_weight, scale: f
 
 
 @torch.no_grad()
-def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4, width: int | None = None) -> dict:
+def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4, width: int | None = None,
+                  first_step: list | None = None) -> dict:
     """On held-out sequences, at the answer positions (loss mask): the head's agreement with the target's argmax
     per drafting step (teacher-forced tokens, the head's own features after step 1, as drafting sees them), the
     simulated chain acceptance length tau = 1 + E[consecutive agreeing steps], and the same with "the target's
@@ -588,6 +589,8 @@ def evaluate_head(head, embed, t2d, records, window, steps, tree_top_k: int = 4,
             ok_top1.append(top[..., 0] == want)
             ok_topk.append((top == want[..., None]).any(-1))
         keep = keep_all[:, :length]  # positions whose first drafted token is an answer token
+        if first_step is not None:  # (whether the first drafted token is right, per answer position: paired tests)
+            first_step.append(ok_top1[0][keep])
         for s in range(steps):
             agree[s] += float((ok_top1[s] & keep).sum())
         counts += float(keep.sum())
